@@ -1,0 +1,100 @@
+#pragma once
+/// \file
+/// Running expressions on the host: eval (to a new tensor), assign (into an existing tensor
+/// or view), value (a rank-0 result).
+
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/expr/node.hpp"
+
+#include <type_traits>
+
+namespace gradix {
+
+namespace detail {
+template <class E>
+struct expression_reads_device_memory {
+  static constexpr bool value = !std::is_same_v<space_of_t<E>, cuda_space>;
+  static_assert(value,
+                "gradix: this expression reads CUDA device memory; the host backend cannot "
+                "evaluate it (use the CUDA backend in a .cu file)");
+};
+template <class DS, class ES>
+struct assigned_shapes_differ {
+  static constexpr bool value = [] {
+    if constexpr (DS::rank != ES::rank) {
+      return false;
+    } else {
+      for (std::size_t i = 0; i < DS::rank; ++i)
+        if (DS::static_extents[i] != dyn && ES::static_extents[i] != dyn &&
+            DS::static_extents[i] != ES::static_extents[i])
+          return false;
+      return true;
+    }
+  }();
+  static_assert(value,
+                "gradix::assign: the destination and the expression have different static "
+                "shapes; see assigned_shapes_differ<destination shape, expression shape>");
+};
+
+/// Layout of eval's result: the expression's layout (strided and scalar-only -> row-major).
+template <class L>
+using result_layout_t = std::conditional_t<std::is_same_v<L, col_major>, col_major, row_major>;
+}  // namespace detail
+
+/// Evaluates e elementwise into dst, which must have e's shape (run-time check: throws
+/// gradix::error naming both shapes; nothing is written then). One fused pass, no
+/// temporaries, no allocation. dst may be one of e's leaves when e reads it only at the
+/// coordinate being written (`x = x * 2 + 1`); other aliasing is undefined.
+template <class DT, class DS, class DL, class DSp, operand E>
+constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
+  static_assert(!std::is_const_v<DT>, "gradix::assign: the destination view is read-only");
+  static_assert(std::is_same_v<DSp, host_space>,
+                "gradix::assign: the destination is in CUDA memory; use the CUDA backend");
+  auto e = detail::as_node(e_in);
+  using N = decltype(e);
+  if constexpr (detail::expression_reads_device_memory<N>::value &&
+                detail::assigned_shapes_differ<DS, shape_of_t<N>>::value) {
+    if (!(dst.shape() == e.shape()))
+      detail::fail("gradix::assign: destination shape ", to_string(dst.shape()),
+                   " differs from expression shape ", to_string(e.shape()));
+    host::assign(dst, e);
+  }
+}
+/// Evaluates e into an existing tensor of the same shape (see assign(view, e)).
+template <class T, class S, class L, operand E>
+constexpr void assign(tensor<T, S, L>& dst, E const& e) {
+  assign(dst.view(), e);
+}
+
+/// Evaluates e into a new tensor of its shape, element type and layout (row-major unless
+/// e's leaves are column-major: see docs/ops.md). One allocation for a dynamic or large
+/// result (its buffer), none for a small static one.
+template <operand E>
+constexpr auto eval(E const& e_in) {
+  auto e = detail::as_node(e_in);
+  using N = decltype(e);
+  using T = value_type_t<N>;
+  using L = detail::result_layout_t<layout_of_t<N>>;
+  static_assert(detail::expression_reads_device_memory<N>::value);
+  tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
+  host::assign(out.view(), e);
+  return out;
+}
+
+/// The value of a rank-0 expression (a full reduction, typically).
+template <operand E>
+constexpr auto value(E const& e_in) {
+  auto e = detail::as_node(e_in);
+  using N = decltype(e);
+  static_assert(shape_of_t<N>::rank == 0,
+                "gradix::value: the expression is not rank 0; reduce it (sum, mean, max) or "
+                "use eval");
+  static_assert(detail::expression_reads_device_memory<N>::value);
+  if constexpr (shape_of_t<N>::rank == 0) return host::value(e);
+  else return value_type_t<N>{};  // the static_assert above has fired
+}
+
+}  // namespace gradix

@@ -1,0 +1,128 @@
+#pragma once
+/// \file
+/// Tensors filled with constants, ranges and seeded random values.
+/// Shapes come from `dims(...)` or a shape type: `zeros<float>(dims(3, 4))`,
+/// `randn<float, col_major>(dims(fix<64>, n), seed)`, `ones<double>(shape<2, 2>{})`.
+/// Random fills are counter-based (core/rng.hpp): the value of an element depends only on
+/// the seed and its logical row-major index, not on layout, platform or thread count.
+
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/rng.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tensor.hpp"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace gradix {
+
+namespace detail {
+/// Fills t with f(k), k the logical row-major index of each element (parallel when large).
+template <class T, class S, class L, class F>
+constexpr void fill_logical(tensor<T, S, L>& t, F f) {
+  constexpr std::size_t R = S::rank;
+  if constexpr (R == 0) {
+    t[coord<0>{}] = f(index_t(0));
+  } else {
+    auto ext = t.shape().extents();
+    array<index_t, R> rs{};  // logical row-major strides
+    index_t acc = 1;
+    for (std::size_t i = R; i-- > 0;) {
+      rs[i] = acc;
+      acc *= ext[i];
+    }
+    auto v = t.view();
+    constexpr std::size_t A = L::template unit_axis<R>;
+    auto body = [&](index_t f0, index_t f1) {
+      host::for_each_run<R, A>(ext, f0, f1, [&](coord<R> const& c, index_t len) {
+        index_t k = 0;
+        for (std::size_t i = 0; i < R; ++i) k += c[i] * rs[i];
+        T* d = v.data() + v.offset(c);
+        for (index_t i = 0; i < len; ++i) d[i] = f(k + i * rs[A]);
+      });
+    };
+    if (std::is_constant_evaluated()) body(0, t.size());
+    else host::parallel_ranges(t.size(), body);
+  }
+}
+}  // namespace detail
+
+/// A tensor of zeros.
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> zeros(S s) {
+  return tensor<T, S, Layout>(s);
+}
+/// A tensor filled with `value`.
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> full(S s, T value) {
+  tensor<T, S, Layout> t(s, detail::uninit);
+  detail::fill_logical(t, [=](index_t) { return value; });
+  return t;
+}
+/// A tensor of ones.
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> ones(S s) {
+  return full<T, Layout>(s, T(1));
+}
+/// A tensor holding its own logical row-major index: 0, 1, 2, ...
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> iota(S s) {
+  tensor<T, S, Layout> t(s, detail::uninit);
+  detail::fill_logical(t, [](index_t k) { return T(k); });
+  return t;
+}
+/// The rank-1 tensor start, start + step, ... (values < stop for step > 0, > stop for
+/// step < 0). Throws gradix::error for step 0.
+template <element T>
+constexpr tensor<T, shape<dyn>> arange(T start, T stop, T step = T(1)) {
+  if (step == T(0)) detail::fail("gradix::arange: step is 0");
+  index_t n = 0;
+  if constexpr (std::is_integral_v<T>) {
+    if (step > 0 && stop > start) n = index_t((stop - start + step - 1) / step);
+    if (step < 0 && stop < start) n = index_t((start - stop + (-step) - 1) / (-step));
+  } else {
+    double c = (double(stop) - double(start)) / double(step);
+    n = c > 0 ? index_t(c) + (double(index_t(c)) < c ? 1 : 0) : 0;
+  }
+  tensor<T, shape<dyn>> t(dims(n), detail::uninit);
+  detail::fill_logical(t, [=](index_t k) { return T(start + T(k) * step); });
+  return t;
+}
+/// 0, 1, ..., n - 1.
+template <element T>
+constexpr tensor<T, shape<dyn>> arange(index_t n) {
+  if (n < 0) detail::fail("gradix::arange: negative length ", n);
+  return arange<T>(T(0), T(n), T(1));
+}
+
+/// Standard normal values (times stddev, plus mean) from `seed`.
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> randn(S s, std::uint64_t seed, T mean = T(0), T stddev = T(1)) {
+  static_assert(std::is_floating_point_v<T>, "gradix::randn: the element type must be floating point");
+  tensor<T, S, Layout> t(s, detail::uninit);
+  detail::fill_logical(t, [=](index_t k) {
+    return T(double(mean) + double(stddev) * rng::normal(seed, std::uint64_t(k)));
+  });
+  return t;
+}
+/// Uniform values in [lo, hi) from `seed`.
+template <element T, class Layout = row_major, class S>
+  requires is_shape_v<S>
+constexpr tensor<T, S, Layout> uniform(S s, std::uint64_t seed, T lo = T(0), T hi = T(1)) {
+  static_assert(std::is_floating_point_v<T>, "gradix::uniform: the element type must be floating point");
+  tensor<T, S, Layout> t(s, detail::uninit);
+  detail::fill_logical(t, [=](index_t k) {
+    T v = T(double(lo) + (double(hi) - double(lo)) * rng::uniform01(seed, std::uint64_t(k)));
+    return v < hi ? v : lo;  // rounding to T must not reach hi
+  });
+  return t;
+}
+
+}  // namespace gradix

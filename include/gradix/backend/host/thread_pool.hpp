@@ -1,0 +1,154 @@
+#pragma once
+/// \file
+/// gradix's own thread pool (std::thread). Size: all cores by default, or the environment
+/// variable GRADIX_NUM_THREADS, or set_num_threads(n). Dispatching work allocates nothing:
+/// a job is a function pointer and a context pointer. The calling thread takes part; a task
+/// that itself calls run() runs its work serially.
+
+#include "gradix/config.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gradix::host {
+
+class thread_pool {
+ public:
+  explicit thread_pool(int n) { start(n); }
+  thread_pool(thread_pool const&) = delete;
+  thread_pool& operator=(thread_pool const&) = delete;
+  ~thread_pool() { stop(); }
+
+  /// Number of threads that run work, the calling thread included.
+  int size() const { return size_; }
+
+  /// Changes the number of threads (>= 1). Not to be called while work runs.
+  void resize(int n) {
+    if (n < 1) n = 1;
+    if (n == size_) return;
+    stop();
+    start(n);
+  }
+
+  /// Runs f(k) for k in [0, n): each task exactly once, on any thread, in any order.
+  template <class F>
+  void run(index_t n, F& f) {
+    if (n <= 0) return;
+    if (size_ == 1 || n == 1 || in_worker()) {
+      for (index_t k = 0; k < n; ++k) f(k);
+      return;
+    }
+    std::unique_lock<std::mutex> busy(run_mutex_);  // one job at a time
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      fn_ = [](void* ctx, index_t k) { (*static_cast<F*>(ctx))(k); };
+      ctx_ = &f;
+      ntasks_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      int helpers = int(std::min<index_t>(n - 1, index_t(workers_.size())));
+      active_ = helpers;
+      wanted_ = helpers;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lk(m_);
+    done_cv_.wait(lk, [&] { return active_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  static bool& in_worker() {
+    thread_local bool flag = false;
+    return flag;
+  }
+  void work() {
+    bool was = in_worker();
+    in_worker() = true;
+    for (;;) {
+      index_t k = next_.fetch_add(1, std::memory_order_relaxed);
+      if (k >= ntasks_) break;
+      fn_(ctx_, k);
+    }
+    in_worker() = was;
+  }
+  void worker_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return stop_ || (generation_ != seen && wanted_ > 0); });
+        if (stop_) return;
+        seen = generation_;
+        --wanted_;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (--active_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+  void start(int n) {
+    size_ = n < 1 ? 1 : n;
+    stop_ = false;
+    workers_.reserve(std::size_t(size_ - 1));
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  int size_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex m_, run_mutex_;
+  std::condition_variable cv_, done_cv_;
+  void (*fn_)(void*, index_t) = nullptr;
+  void* ctx_ = nullptr;
+  index_t ntasks_ = 0;
+  std::atomic<index_t> next_{0};
+  int active_ = 0;
+  int wanted_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+/// Default thread count: GRADIX_NUM_THREADS if set, else all cores.
+inline int default_num_threads() {
+  if (char const* s = std::getenv("GRADIX_NUM_THREADS")) {
+    int n = std::atoi(s);
+    if (n >= 1) return n;
+  }
+  unsigned h = std::thread::hardware_concurrency();
+  return h ? int(h) : 1;
+}
+
+/// The process-wide pool (started on first use).
+inline thread_pool& pool() {
+  static thread_pool p(default_num_threads());
+  return p;
+}
+
+/// Work below this many elements runs serially.
+inline constexpr index_t parallel_min_elements = index_t(1) << 15;
+
+}  // namespace gradix::host
+
+namespace gradix {
+/// Sets the number of threads gradix uses (>= 1), the calling thread included.
+inline void set_num_threads(int n) { host::pool().resize(n); }
+/// The number of threads gradix uses.
+inline int num_threads() { return host::pool().size(); }
+}  // namespace gradix

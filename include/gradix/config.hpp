@@ -1,0 +1,48 @@
+#pragma once
+/// \file
+/// Configuration macros shared by every gradix header.
+
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define GRADIX_HOST_DEVICE __host__ __device__
+#else
+#define GRADIX_HOST_DEVICE
+#endif
+
+// Device pass of nvcc: no host SIMD packs, no exceptions, no threads.
+#if defined(__CUDA_ARCH__)
+#define GRADIX_DEVICE_PASS 1
+#endif
+
+// GCC/clang vector extensions (host packs). Never used in constant evaluation.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
+#define GRADIX_HAS_VECTOR_EXT 1
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GRADIX_RESTRICT __restrict__
+#define GRADIX_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define GRADIX_RESTRICT
+#define GRADIX_ALWAYS_INLINE inline
+#endif
+
+/// GRADIX_ASSERT checks gradix's own invariants only, never user input (user input gets a
+/// thrown gradix::error in every build type).
+#if defined(GRADIX_ENABLE_ASSERTS) && !defined(__CUDA_ARCH__)
+#include <cassert>
+#define GRADIX_ASSERT(cond) assert(cond)
+#else
+#define GRADIX_ASSERT(cond) ((void)0)
+#endif
+
+namespace gradix {
+
+/// Signed index and extent type used everywhere (coordinates, extents, strides).
+using index_t = std::ptrdiff_t;
+
+/// Marker for an extent known only at run time: `shape<dyn, 64>`.
+inline constexpr index_t dyn = -1;
+
+}  // namespace gradix

@@ -1,0 +1,265 @@
+#pragma once
+/// \file
+/// Shapes are types: `shape<3, 4>` is static, `shape<dyn, 64>` keeps its run-time extent in
+/// the object (a fully static shape is an empty type).
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/error.hpp"
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace gradix {
+
+/// The shape of a tensor or expression. Each template argument is a static extent (>= 0)
+/// or `dyn`; only the dynamic extents are stored.
+template <index_t... E>
+struct shape {
+  static_assert(((E >= 0 || E == dyn) && ...),
+                "gradix::shape: an extent must be non-negative or gradix::dyn");
+  static constexpr std::size_t rank = sizeof...(E);
+  static constexpr std::size_t num_dyn = (std::size_t{0} + ... + std::size_t{E == dyn});
+  static constexpr bool is_static = num_dyn == 0;
+  /// The static extents, with `dyn` where the extent is dynamic.
+  static constexpr array<index_t, rank> static_extents{E...};
+
+  [[no_unique_address]] array<index_t, num_dyn> dyn_{};
+
+  /// Position of axis i's extent among the dynamic extents (meaningless for static axes).
+  GRADIX_HOST_DEVICE static constexpr std::size_t dyn_slot(std::size_t i) {
+    std::size_t k = 0;
+    for (std::size_t j = 0; j < i; ++j) k += static_extents[j] == dyn;
+    return k;
+  }
+
+  /// Extent of axis i (run-time i).
+  /// dyn_slot of each dynamic axis, 0 for static axes (always a valid slot).
+  static constexpr array<std::size_t, rank> slots = [] {
+    array<std::size_t, rank> r{};
+    for (std::size_t i = 0; i < rank; ++i) r[i] = static_extents[i] == dyn ? dyn_slot(i) : 0;
+    return r;
+  }();
+  GRADIX_HOST_DEVICE constexpr index_t extent(std::size_t i) const {
+    if constexpr (num_dyn == 0) {
+      return static_extents[i];
+    } else {
+      return static_extents[i] == dyn ? dyn_[slots[i]] : static_extents[i];
+    }
+  }
+  /// Extent of axis I; a constant expression when the extent is static.
+  template <std::size_t I>
+  GRADIX_HOST_DEVICE constexpr index_t extent() const {
+    if constexpr (static_extents[I] != dyn) {
+      return static_extents[I];
+    } else {
+      return dyn_[dyn_slot(I)];
+    }
+  }
+  /// Number of elements.
+  GRADIX_HOST_DEVICE constexpr index_t size() const {
+    index_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) n *= extent(i);
+    return n;
+  }
+  /// All extents as an array.
+  GRADIX_HOST_DEVICE constexpr array<index_t, rank> extents() const {
+    array<index_t, rank> a{};
+    for (std::size_t i = 0; i < rank; ++i) a[i] = extent(i);
+    return a;
+  }
+  /// Sets the extent of a dynamic axis (no effect on static axes).
+  GRADIX_HOST_DEVICE constexpr void set_extent(std::size_t i, index_t n) {
+    if constexpr (num_dyn != 0) {
+      if (static_extents[i] == dyn) dyn_[slots[i]] = n;
+    }
+  }
+
+  /// Equal extents (static and dynamic alike).
+  template <index_t... F>
+  friend constexpr bool operator==(shape const& a, shape<F...> const& b) {
+    if constexpr (sizeof...(F) != rank) {
+      return false;
+    } else {
+      for (std::size_t i = 0; i < rank; ++i)
+        if (a.extent(i) != b.extent(i)) return false;
+      return true;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Traits
+
+template <class S>
+struct is_shape : std::false_type {};
+template <index_t... E>
+struct is_shape<shape<E...>> : std::true_type {};
+template <class S>
+inline constexpr bool is_shape_v = is_shape<S>::value;
+
+template <class S>
+inline constexpr std::size_t rank_v = S::rank;
+
+/// Static number of elements, or `dyn` if some extent is dynamic.
+template <class S>
+inline constexpr index_t size_v = [] {
+  index_t n = 1;
+  for (std::size_t i = 0; i < S::rank; ++i) {
+    if (S::static_extents[i] == dyn) return dyn;
+    n *= S::static_extents[i];
+  }
+  return n;
+}();
+
+/// Static extent of axis I of S (`dyn` when dynamic).
+template <class S, std::size_t I>
+inline constexpr index_t extent_v = S::static_extents[I];
+
+template <class S>
+concept static_shape = is_shape_v<S> && S::is_static;
+
+namespace detail {
+
+template <class Arr, std::size_t... I>
+constexpr auto shape_from_array_impl(std::index_sequence<I...>) -> shape<Arr::value[I]...>;
+
+/// shape<...> from a constexpr array holder `struct { static constexpr array value; }`.
+template <class Holder>
+using shape_from_array_t =
+    decltype(shape_from_array_impl<Holder>(std::make_index_sequence<Holder::value.size()>{}));
+
+template <class A, class B>
+struct broadcast_info {
+  static constexpr std::size_t rank = A::rank > B::rank ? A::rank : B::rank;
+  static constexpr std::size_t off_a = rank - A::rank;
+  static constexpr std::size_t off_b = rank - B::rank;
+  // extent of A aligned at result axis k (1 where A has no such axis)
+  static constexpr index_t ea(std::size_t k) {
+    return k < off_a ? 1 : A::static_extents[k - off_a];
+  }
+  static constexpr index_t eb(std::size_t k) {
+    return k < off_b ? 1 : B::static_extents[k - off_b];
+  }
+  static constexpr bool axis_ok(std::size_t k) {
+    index_t a = ea(k), b = eb(k);
+    return a == b || a == 1 || b == 1 || a == dyn || b == dyn;
+  }
+  static constexpr bool ok = [] {
+    for (std::size_t k = 0; k < rank; ++k)
+      if (!axis_ok(k)) return false;
+    return true;
+  }();
+  static constexpr index_t result_extent(std::size_t k) {
+    index_t a = ea(k), b = eb(k);
+    if (a == 1) return b;  // 1 broadcasts against anything, including dyn
+    if (b == 1) return a;
+    if (a == dyn) return b;  // dyn must equal b (checked at run time); keep the static one
+    return a;
+  }
+  struct holder {
+    static constexpr array<index_t, rank> value = [] {
+      array<index_t, rank> r{};
+      for (std::size_t k = 0; k < rank; ++k) r[k] = result_extent(k);
+      return r;
+    }();
+  };
+  using type = shape_from_array_t<holder>;
+  // operand axis j of A broadcasts (reads coordinate 0) in the result
+  static constexpr bool a_broadcasts(std::size_t j) {
+    return A::static_extents[j] == 1 && result_extent(j + off_a) != 1;
+  }
+  static constexpr bool b_broadcasts(std::size_t j) {
+    return B::static_extents[j] == 1 && result_extent(j + off_b) != 1;
+  }
+};
+
+}  // namespace detail
+
+/// Whether static shapes A and B broadcast (numpy rules, aligned at the last axis; an axis
+/// broadcasts only when its extent is statically 1; dynamic extents must match at run time).
+template <class A, class B>
+inline constexpr bool broadcastable_v = detail::broadcast_info<A, B>::ok;
+
+/// The broadcast result shape of A and B (requires broadcastable_v<A, B>).
+template <class A, class B>
+using broadcast_shape_t = typename detail::broadcast_info<A, B>::type;
+
+// ---------------------------------------------------------------------------------------
+// Building shapes at run time: dims(3, 4) -> shape<dyn, dyn>; dims(fix<64>, n) -> shape<64, dyn>
+
+/// A compile-time extent argument: `dims(fix<64>, n)` keeps 64 static.
+template <index_t N>
+struct fix_t {
+  static_assert(N >= 0, "gradix::fix: an extent must be non-negative");
+  static constexpr index_t value = N;
+};
+template <index_t N>
+inline constexpr fix_t<N> fix{};
+
+namespace detail {
+template <class T>
+struct dim_static : std::integral_constant<index_t, dyn> {};
+template <index_t N>
+struct dim_static<fix_t<N>> : std::integral_constant<index_t, N> {};
+template <class T, T N>
+struct dim_static<std::integral_constant<T, N>> : std::integral_constant<index_t, index_t(N)> {};
+}  // namespace detail
+
+/// A shape from extents: integers become dynamic extents, `fix<N>` static ones.
+template <class... D>
+constexpr auto dims(D... d) {
+  static_assert(((std::is_integral_v<D> || detail::dim_static<D>::value != dyn) && ...),
+                "gradix::dims: every extent must be an integer or gradix::fix<N>");
+  using S = shape<detail::dim_static<D>::value...>;
+  S s{};
+  std::size_t i = 0;
+  auto put = [&](auto v) {
+    if constexpr (std::is_integral_v<decltype(v)>) {
+      if (index_t(v) < 0) detail::fail("gradix::dims: extent of axis ", i, " is negative (", index_t(v), ")");
+      s.set_extent(i, index_t(v));
+    }
+    ++i;
+  };
+  (put(d), ...);
+  return s;
+}
+
+/// Converts a shape to another shape type with the same rank, checking static extents.
+/// Throws gradix::error naming `op` if an extent disagrees with a static extent of To.
+template <class To, class From>
+constexpr To shape_cast(From const& from, char const* op = "gradix::shape_cast") {
+  static_assert(To::rank == From::rank, "gradix: shapes of different rank");
+  To to{};
+  for (std::size_t i = 0; i < To::rank; ++i) {
+    index_t n = from.extent(i);
+    if (To::static_extents[i] != dyn && To::static_extents[i] != n)
+      detail::fail(op, ": extent ", n, " of axis ", i, " does not match static extent ",
+                   To::static_extents[i]);
+    to.set_extent(i, n);
+  }
+  return to;
+}
+
+/// "[3, 4]" for error messages and printing.
+template <class S>
+std::string to_string(S const& s)
+  requires is_shape_v<S>
+{
+  std::string r = "[";
+  for (std::size_t i = 0; i < S::rank; ++i) {
+    if (i) r += ", ";
+    r += std::to_string(s.extent(i));
+  }
+  return r + "]";
+}
+
+/// Normalizes a possibly negative axis (-1 = last) against rank R; R itself when invalid.
+template <int Axis, std::size_t R>
+inline constexpr std::size_t normalize_axis_v =
+    (Axis < 0 ? (-Axis <= int(R) ? std::size_t(int(R) + Axis) : R)
+              : (Axis < int(R) ? std::size_t(Axis) : R));
+
+}  // namespace gradix

@@ -1,0 +1,233 @@
+#pragma once
+/// \file
+/// tensor: an owning host tensor. Owning tensors never go inside an expression: operators
+/// and builders take an lvalue tensor as a view of it, and refuse a temporary one.
+
+#include "gradix/config.hpp"
+#include "gradix/core/dtype.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/view.hpp"
+
+#include <cstddef>
+#include <initializer_list>
+#include <new>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+namespace gradix {
+
+/// Static shapes whose elements take at most this many bytes are stored inline (in the
+/// tensor object: no allocation, usable in constant evaluation); larger ones on the heap.
+inline constexpr std::size_t inline_storage_bytes = 4096;
+
+/// Heap buffers are aligned to this many bytes.
+inline constexpr std::size_t buffer_alignment = 64;
+
+namespace detail {
+
+struct uninit_t {
+  explicit constexpr uninit_t() = default;
+};
+inline constexpr uninit_t uninit{};
+
+template <class T, class Shape>
+inline constexpr bool stores_inline_v =
+    Shape::is_static && std::size_t(size_v<Shape>) * sizeof(T) <= inline_storage_bytes;
+
+/// Inline storage: a literal type, value-initialized.
+template <class T, std::size_t N>
+struct inline_storage {
+  T data_[N > 0 ? N : 1]{};
+  constexpr inline_storage() = default;
+  constexpr explicit inline_storage(index_t) {}
+  constexpr inline_storage(index_t, uninit_t) {}
+  constexpr T* ptr() { return data_; }
+  constexpr T const* ptr() const { return data_; }
+};
+
+/// Heap storage: one aligned allocation of exactly n elements (none for n == 0).
+template <class T>
+class heap_storage {
+ public:
+  heap_storage() = default;
+  explicit heap_storage(index_t n) : heap_storage(n, uninit) {
+    for (index_t i = 0; i < n; ++i) p_[i] = T{};
+  }
+  heap_storage(index_t n, uninit_t) : n_(n) {
+    if (n > 0) p_ = static_cast<T*>(::operator new(std::size_t(n) * sizeof(T),
+                                                   std::align_val_t{buffer_alignment}));
+  }
+  heap_storage(heap_storage const& o) : heap_storage(o.n_, uninit) {
+    for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
+  }
+  heap_storage(heap_storage&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  heap_storage& operator=(heap_storage o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~heap_storage() {
+    if (p_) ::operator delete(p_, std::align_val_t{buffer_alignment});
+  }
+  T* ptr() { return p_; }
+  T const* ptr() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  index_t n_ = 0;
+};
+
+template <class T, class Shape>
+using storage_t = std::conditional_t<stores_inline_v<T, Shape>,
+                                     inline_storage<T, std::size_t(stores_inline_v<T, Shape> ? size_v<Shape> : 0)>,
+                                     heap_storage<T>>;
+
+/// Coordinate of logical row-major linear index k.
+template <class Shape>
+constexpr coord<Shape::rank> unravel(Shape const& s, index_t k) {
+  coord<Shape::rank> c{};
+  for (std::size_t i = Shape::rank; i-- > 0;) {
+    index_t e = s.extent(i);
+    c[i] = e ? k % e : 0;
+    k = e ? k / e : 0;
+  }
+  return c;
+}
+
+}  // namespace detail
+
+/// An owning host tensor of T with shape Shape (static or dynamic extents) and layout
+/// Layout (row_major or col_major). Element access: `t(i, j)`. Copying copies the elements.
+/// Use `t.view()` (or just `t`, as an lvalue) in expressions.
+template <class T, class Shape, class Layout = row_major>
+class tensor {
+  static_assert(element<T>, "gradix::tensor: the element type must be an arithmetic type other than bool");
+  static_assert(is_shape_v<Shape>, "gradix::tensor: Shape must be a gradix::shape<...>");
+  static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
+                "gradix::tensor: the layout of an owning tensor is row_major or col_major");
+
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  using layout_type = Layout;
+  using space_type = host_space;
+  static constexpr std::size_t rank = Shape::rank;
+  /// True when the elements live inside the object (small static shapes).
+  static constexpr bool stores_inline = detail::stores_inline_v<T, Shape>;
+
+  /// Zero-filled tensor of a static shape (or of extent 0 along dynamic axes).
+  constexpr tensor() : tensor(Shape{}) {}
+  /// Zero-filled tensor of the given shape.
+  constexpr explicit tensor(Shape s) : shape_(s), store_(s.size()) {}
+  /// Zero-filled tensor; the extents are checked against the static extents of Shape.
+  template <index_t... E>
+    requires(!std::is_same_v<shape<E...>, Shape>)
+  constexpr explicit tensor(shape<E...> s) : tensor(shape_cast<Shape>(s, "gradix::tensor")) {}
+  /// Tensor from values in logical row-major order (whatever the layout).
+  constexpr tensor(Shape s, std::span<T const> values) : tensor(s, detail::uninit) {
+    if (index_t(values.size()) != s.size())
+      detail::fail("gradix::tensor: ", values.size(), " values given for shape ", to_string(s),
+                   " of ", s.size(), " elements");
+    for (index_t k = 0; k < s.size(); ++k) (*this)[detail::unravel(s, k)] = values[std::size_t(k)];
+  }
+  constexpr tensor(Shape s, std::initializer_list<T> values)
+      : tensor(s, std::span<T const>(values.begin(), values.size())) {}
+  /// Static shape from values in logical row-major order: `tensor<float, shape<2, 2>>({1, 2, 3, 4})`.
+  constexpr tensor(std::initializer_list<T> values)
+    requires Shape::is_static
+      : tensor(Shape{}, values) {}
+  /// Uninitialized tensor (internal: eval writes every element).
+  constexpr tensor(Shape s, detail::uninit_t) : shape_(s), store_(s.size(), detail::uninit) {}
+
+  constexpr tensor(tensor const&) = default;
+  constexpr tensor(tensor&&) noexcept = default;
+  /// Copies the elements (and the extents).
+  constexpr tensor& operator=(tensor const&) = default;
+  constexpr tensor& operator=(tensor&&) noexcept = default;
+
+  /// Assigns an expression of the same shape elementwise (see gradix::assign).
+  template <class E>
+    requires requires { typename std::remove_cvref_t<E>::is_gradix_expression; }
+  constexpr tensor& operator=(E const& e) {
+    assign(view(), e);
+    return *this;
+  }
+
+  constexpr Shape const& shape() const { return shape_; }
+  constexpr index_t extent(std::size_t i) const { return shape_.extent(i); }
+  constexpr index_t size() const { return shape_.size(); }
+  constexpr T* data() { return store_.ptr(); }
+  constexpr T const* data() const { return store_.ptr(); }
+
+  /// A view of the elements (const elements for a const tensor).
+  constexpr tensor_view<T, Shape, Layout> view() { return {data(), shape_}; }
+  constexpr tensor_view<T const, Shape, Layout> view() const { return {data(), shape_}; }
+
+  constexpr T& operator[](coord<rank> const& c) { return data()[offset(c)]; }
+  constexpr T const& operator[](coord<rank> const& c) const { return data()[offset(c)]; }
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  constexpr T& operator()(I... i) {
+    return (*this)[coord<rank>{{index_t(i)...}}];
+  }
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  constexpr T const& operator()(I... i) const {
+    return (*this)[coord<rank>{{index_t(i)...}}];
+  }
+  /// Bounds-checked access: throws gradix::error naming the axis, the index and the extent.
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  constexpr T const& at(I... i) const {
+    return view().at(i...);
+  }
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  constexpr T& at(I... i) {
+    return view().at(i...);
+  }
+
+ private:
+  constexpr index_t offset(coord<rank> const& c) const {
+    index_t o = 0, acc = 1;
+    if constexpr (std::is_same_v<Layout, col_major>) {
+      for (std::size_t i = 0; i < rank; ++i) {
+        o += c[i] * acc;
+        acc *= shape_.extent(i);
+      }
+    } else {
+      for (std::size_t i = rank; i-- > 0;) {
+        o += c[i] * acc;
+        acc *= shape_.extent(i);
+      }
+    }
+    return o;
+  }
+
+  Shape shape_;
+  detail::storage_t<T, Shape> store_;
+};
+
+template <class X>
+struct is_tensor : std::false_type {};
+template <class T, class S, class L>
+struct is_tensor<tensor<T, S, L>> : std::true_type {};
+template <class X>
+inline constexpr bool is_tensor_v = is_tensor<X>::value;
+
+/// The view of an lvalue tensor. A temporary tensor is refused: the view would dangle.
+template <class T, class S, class L>
+constexpr auto view(tensor<T, S, L>& t) {
+  return t.view();
+}
+template <class T, class S, class L>
+constexpr auto view(tensor<T, S, L> const& t) {
+  return t.view();
+}
+template <class T, class S, class L>
+void view(tensor<T, S, L>&&) = delete;  // a view of a temporary tensor would dangle
+
+}  // namespace gradix

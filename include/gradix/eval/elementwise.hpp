@@ -1,0 +1,102 @@
+#pragma once
+/// \file
+/// Evaluators of unary and binary nodes: they compose their operands' evaluators, so a whole
+/// elementwise/broadcast expression is computed per element in registers (no temporaries).
+
+#include "gradix/config.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/inner.hpp"
+#include "gradix/expr/elementwise.hpp"
+
+#include <type_traits>
+
+namespace gradix::ev {
+
+template <class Op, class T, class A>
+struct unary_inner {
+  using value_type = T;
+  A a_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return Op::value(a_.elem(i)); }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    using AT = typename A::value_type;
+    if constexpr (std::is_same_v<T, AT>) return Op::value(a_.template pack<W>(i));
+    else return convert<T, W>(a_.template pack<W>(i));  // a conversion (op::cast)
+  }
+#endif
+};
+
+template <class Op, class T, class A, class B>
+struct binary_inner {
+  using value_type = T;
+  A a_;
+  B b_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
+    return Op::value(T(a_.elem(i)), T(b_.elem(i)));
+  }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    return Op::value(convert<T, W>(a_.template pack<W>(i)), convert<T, W>(b_.template pack<W>(i)));
+  }
+#endif
+};
+
+template <class Op, class Arg>
+struct evaluator<unary_node<Op, Arg>> {
+  using value_type = typename unary_node<Op, Arg>::value_type;
+  static constexpr std::size_t rank = shape_of_t<Arg>::rank;
+  evaluator<Arg> arg_;
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(unary_node<Op, Arg> const& n) : arg_(n.arg_) {}
+  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+    return Op::value(arg_(c));
+  }
+  template <int Axis>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    using A = decltype(arg_.template outer<Axis>(c));
+    return unary_inner<Op, value_type, A>{arg_.template outer<Axis>(c)};
+  }
+};
+
+/// Maps a result coordinate to an operand coordinate: drop the leading axes the operand
+/// lacks, read coordinate 0 on its axes of static extent 1.
+template <class S, std::size_t R>
+GRADIX_HOST_DEVICE constexpr coord<S::rank> operand_coord(coord<R> const& c) {
+  constexpr std::size_t off = R - S::rank;
+  coord<S::rank> a{};
+  for (std::size_t j = 0; j < S::rank; ++j)
+    a[j] = S::static_extents[j] == 1 ? 0 : c[j + off];
+  return a;
+}
+/// The operand axis the loop axis Axis reaches, or invariant_axis.
+template <class S, std::size_t R, int Axis>
+inline constexpr int operand_axis_v =
+    (Axis == invariant_axis || std::size_t(Axis) < R - S::rank ||
+     S::static_extents[std::size_t(Axis) - (R - S::rank)] == 1)
+        ? invariant_axis
+        : int(std::size_t(Axis) - (R - S::rank));
+
+template <class Op, class Lhs, class Rhs>
+struct evaluator<binary_node<Op, Lhs, Rhs>> {
+  using node_type = binary_node<Op, Lhs, Rhs>;
+  using value_type = typename node_type::value_type;
+  static constexpr std::size_t rank = node_type::shape_type::rank;
+  using SL = shape_of_t<Lhs>;
+  using SR = shape_of_t<Rhs>;
+  evaluator<Lhs> lhs_;
+  evaluator<Rhs> rhs_;
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : lhs_(n.lhs_), rhs_(n.rhs_) {}
+  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+    return Op::value(value_type(lhs_(operand_coord<SL>(c))),
+                     value_type(rhs_(operand_coord<SR>(c))));
+  }
+  template <int Axis>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    auto a = lhs_.template outer<operand_axis_v<SL, rank, Axis>>(operand_coord<SL>(c));
+    auto b = rhs_.template outer<operand_axis_v<SR, rank, Axis>>(operand_coord<SR>(c));
+    return binary_inner<Op, value_type, decltype(a), decltype(b)>{a, b};
+  }
+};
+
+}  // namespace gradix::ev

@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// Inner evaluators: what `evaluator<E>::outer<Axis>(c)` returns. An inner evaluator reads
+/// the node along one axis starting at coordinate c: `elem(i)` is the value at c + i e_Axis
+/// (one CUDA lane, or a host scalar), `pack<W>(i)` the W values from i on (a host SIMD pack).
+/// Index lookups and offsets are computed once in `outer`, not per element.
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/simd.hpp"
+
+#include <type_traits>
+
+namespace gradix::ev {
+
+/// Axis argument of `outer` meaning "the loop runs along an axis this node does not depend
+/// on" (a broadcast axis): the inner evaluator is constant.
+inline constexpr int invariant_axis = -1;
+
+/// Contiguous memory.
+template <class T>
+struct unit_inner {
+  using value_type = T;
+  T const* p_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return p_[i]; }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    return simd::load<T, W>(p_ + i);
+  }
+#endif
+};
+
+/// Memory with a run-time stride.
+template <class T>
+struct strided_inner {
+  using value_type = T;
+  T const* p_;
+  index_t stride_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return p_[i * stride_]; }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    simd::pack<T, W> r;
+    for (int w = 0; w < W; ++w) r[w] = p_[(i + w) * stride_];
+    return r;
+  }
+#endif
+};
+
+/// A value that does not change along the loop axis.
+template <class T>
+struct const_inner {
+  using value_type = T;
+  T v_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t) const { return v_; }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t) const {
+    return simd::splat<T, W>(v_);
+  }
+#endif
+};
+
+/// Fallback: evaluates the node at each coordinate (used by reductions inside expressions).
+template <class Ev, std::size_t R, int Axis>
+struct generic_inner {
+  using value_type = typename Ev::value_type;
+  Ev const* ev_;
+  coord<R> c_;
+  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const {
+    coord<R> d = c_;
+    d[Axis] += i;
+    return (*ev_)(d);
+  }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
+    simd::pack<value_type, W> r;
+    for (int w = 0; w < W; ++w) r[w] = elem(i + w);
+    return r;
+  }
+#endif
+};
+
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// Converts a pack to another element type (lane by lane).
+template <class To, int W, class V>
+GRADIX_ALWAYS_INLINE simd::pack<To, W> convert(V const& v) {
+  if constexpr (std::is_same_v<V, simd::pack<To, W>>) return v;
+  else return __builtin_convertvector(v, simd::pack<To, W>);
+}
+#endif
+
+}  // namespace gradix::ev

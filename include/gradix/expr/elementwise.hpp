@@ -1,0 +1,231 @@
+#pragma once
+/// \file
+/// Elementwise nodes (unary and binary, generic over a scalar functor), their builders and
+/// the arithmetic operators. Broadcasting: numpy rules aligned at the last axis, where an
+/// axis broadcasts only when its extent is statically 1; dynamic extents must match, checked
+/// at run time (DESIGN.md section 2: every broadcast is visible in the types).
+
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/op/arith.hpp"
+#include "gradix/op/math.hpp"
+
+#include <type_traits>
+
+namespace gradix {
+
+/// out[c] = Op(arg[c])
+/// shape:    shape of arg
+/// backward: d_arg[c] = d_out[c] * Op'(arg[c])
+template <class Op, class Arg>
+struct unary_node {
+  using is_gradix_expression = void;
+  using value_type = decltype(Op::value(std::declval<value_type_t<Arg>>()));
+  using shape_type = shape_of_t<Arg>;
+  using layout_type = layout_of_t<Arg>;
+  using space_type = space_of_t<Arg>;
+  Arg arg_;
+  GRADIX_HOST_DEVICE constexpr shape_type shape() const { return arg_.shape(); }
+};
+
+/// out[c] = Op(lhs[c'], rhs[c''])   where c', c'' drop leading axes the operand lacks and read
+///                                 coordinate 0 on its broadcast (statically 1) axes
+/// shape:    broadcast_shape_t<shape of lhs, shape of rhs>
+/// backward: d_lhs[c'] += d_out[c] * dOp/dlhs,  d_rhs[c''] += d_out[c] * dOp/drhs
+///           (summed over the broadcast axes)
+template <class Op, class Lhs, class Rhs>
+struct binary_node {
+  using is_gradix_expression = void;
+  using value_type = promote_t<value_type_t<Lhs>, value_type_t<Rhs>>;
+  using shape_type = broadcast_shape_t<shape_of_t<Lhs>, shape_of_t<Rhs>>;
+  using layout_type = detail::combined_layout_t<Lhs, Rhs>;
+  using space_type = detail::common_space_t<space_of_t<Lhs>, space_of_t<Rhs>>;
+  Lhs lhs_;
+  Rhs rhs_;
+  shape_type shape_;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
+};
+
+namespace detail {
+
+/// Instantiated with the op and both shapes so that the compiler prints them.
+template <class Op, class A, class B>
+struct static_shapes_do_not_broadcast {
+  static_assert(broadcastable_v<A, B>,
+                "gradix: the static shapes of this elementwise operation do not broadcast (an "
+                "axis broadcasts only when its extent is statically 1); the shapes are named in "
+                "static_shapes_do_not_broadcast<op, lhs shape, rhs shape>");
+  static constexpr bool value = broadcastable_v<A, B>;
+};
+
+template <class Op, class A, class B>
+struct memory_spaces_differ {
+  static_assert(spaces_compatible_v<space_of_t<A>, space_of_t<B>>,
+                "gradix: the operands of this operation live in different memory spaces "
+                "(host and CUDA); copy one of them first");
+  static constexpr bool value = spaces_compatible_v<space_of_t<A>, space_of_t<B>>;
+};
+
+template <class Op, class T>
+struct needs_floating_point {
+  static_assert(std::is_floating_point_v<T>,
+                "gradix: this function needs a floating-point operand; convert an integer "
+                "expression with gradix::cast<float>(e) (or double)");
+  static constexpr bool value = std::is_floating_point_v<T>;
+};
+
+/// Run-time broadcast check and result shape (dynamic extents must match).
+template <class Op, class A, class B>
+constexpr auto broadcast_shapes(A const& a, B const& b) {
+  using SA = shape_of_t<A>;
+  using SB = shape_of_t<B>;
+  using info = broadcast_info<SA, SB>;
+  typename info::type r{};
+  auto sa = a.shape();
+  auto sb = b.shape();
+  for (std::size_t k = 0; k < info::rank; ++k) {
+    index_t ea = k < info::off_a ? 1 : sa.extent(k - info::off_a);
+    index_t eb = k < info::off_b ? 1 : sb.extent(k - info::off_b);
+    bool a_bc = k >= info::off_a && SA::static_extents[k - info::off_a] == 1;
+    bool b_bc = k >= info::off_b && SB::static_extents[k - info::off_b] == 1;
+    if (k < info::off_a) a_bc = true;
+    if (k < info::off_b) b_bc = true;
+    if (!a_bc && !b_bc && ea != eb)
+      fail("gradix::", Op::name, ": shapes ", to_string(sa), " and ", to_string(sb),
+           " do not match at axis ", k, " of the result (", ea, " vs ", eb,
+           "); only an axis of static extent 1 broadcasts");
+    r.set_extent(k, a_bc ? eb : ea);
+  }
+  return r;
+}
+
+template <class Op>
+inline constexpr bool op_needs_floating_v = [] {
+  if constexpr (requires { Op::needs_floating; }) return bool(Op::needs_floating);
+  else return false;
+}();
+
+/// True unless Op needs floating point and T is not (then the static_assert fires, once).
+template <class Op, class T>
+constexpr bool element_type_ok() {
+  if constexpr (op_needs_floating_v<Op>) return needs_floating_point<Op, T>::value;
+  else return true;
+}
+
+template <class Op, class A>
+constexpr auto make_unary(A a) {
+  if constexpr (!element_type_ok<Op, value_type_t<A>>())
+    return a;  // the static_assert has fired: stop here
+  else
+    return unary_node<Op, A>{a};
+}
+
+template <class Op, class A, class B>
+constexpr auto make_binary_nodes(A a, B b) {
+  if constexpr (!static_shapes_do_not_broadcast<Op, shape_of_t<A>, shape_of_t<B>>::value ||
+                !memory_spaces_differ<Op, A, B>::value) {
+    return a;  // the static_assert above has fired: stop here without more errors
+  } else if constexpr (!element_type_ok<Op, promote_t<value_type_t<A>, value_type_t<B>>>()) {
+    return a;
+  } else {
+    return binary_node<Op, A, B>{a, b, broadcast_shapes<Op>(a, b)};
+  }
+}
+
+/// Builds a binary node from any pair of operands (tensors, expressions, C++ scalars).
+template <class Op, class L, class R>
+constexpr auto make_binary(L&& l, R&& r) {
+  if constexpr (scalar<L>) {
+    auto b = as_node(static_cast<R&&>(r));
+    using T = scalar_promote_t<value_type_t<decltype(b)>, std::remove_cvref_t<L>>;
+    return make_binary_nodes<Op>(scalar_node<T>{T(l)}, b);
+  } else if constexpr (scalar<R>) {
+    auto a = as_node(static_cast<L&&>(l));
+    using T = scalar_promote_t<value_type_t<decltype(a)>, std::remove_cvref_t<R>>;
+    return make_binary_nodes<Op>(a, scalar_node<T>{T(r)});
+  } else {
+    return make_binary_nodes<Op>(as_node(static_cast<L&&>(l)), as_node(static_cast<R&&>(r)));
+  }
+}
+
+template <class L, class R>
+concept binary_operands = (operand<L> && (operand<R> || scalar<R>)) || (scalar<L> && operand<R>);
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+// Builders
+
+/// Applies a user functor elementwise: `unary<my_op>(x)`. The functor provides
+/// `static T value(T)` (and `d_arg(x, y)` for gradients).
+template <class Op, operand X>
+constexpr auto unary(X&& x) {
+  return detail::make_unary<Op>(detail::as_node(static_cast<X&&>(x)));
+}
+/// Applies a user binary functor elementwise with broadcasting: `binary<my_op>(a, b)`.
+template <class Op, class L, class R>
+  requires detail::binary_operands<L, R>
+constexpr auto binary(L&& l, R&& r) {
+  return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r));
+}
+
+#define GRADIX_BINARY_OPERATOR(sym, Op)                                              \
+  template <class L, class R>                                                        \
+    requires detail::binary_operands<L, R>                                           \
+  constexpr auto operator sym(L&& l, R&& r) {                                        \
+    return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r));        \
+  }
+GRADIX_BINARY_OPERATOR(+, op::add)
+GRADIX_BINARY_OPERATOR(-, op::sub)
+GRADIX_BINARY_OPERATOR(*, op::mul)
+GRADIX_BINARY_OPERATOR(/, op::div)
+#undef GRADIX_BINARY_OPERATOR
+
+template <operand X>
+constexpr auto operator-(X&& x) {
+  return unary<op::neg>(static_cast<X&&>(x));
+}
+
+#define GRADIX_UNARY_FUNCTION(fn, Op)                     \
+  template <operand X>                                    \
+  constexpr auto fn(X&& x) {                              \
+    return unary<Op>(static_cast<X&&>(x));                \
+  }
+/// Elementwise functions (floating point only, except relu, square and abs).
+GRADIX_UNARY_FUNCTION(exp, op::exp)
+GRADIX_UNARY_FUNCTION(log, op::log)
+GRADIX_UNARY_FUNCTION(tanh, op::tanh)
+GRADIX_UNARY_FUNCTION(sigmoid, op::sigmoid)
+GRADIX_UNARY_FUNCTION(relu, op::relu)
+GRADIX_UNARY_FUNCTION(sqrt, op::sqrt)
+GRADIX_UNARY_FUNCTION(square, op::square)
+GRADIX_UNARY_FUNCTION(abs, op::abs)
+#undef GRADIX_UNARY_FUNCTION
+
+/// Elementwise a^b (floating point), with broadcasting and scalars on either side.
+template <class L, class R>
+  requires detail::binary_operands<L, R>
+constexpr auto pow(L&& l, R&& r) {
+  return detail::make_binary<op::pow>(static_cast<L&&>(l), static_cast<R&&>(r));
+}
+/// Elementwise maximum (ties: the first operand; see op::max). One operand: see reduce.hpp.
+template <class L, class R>
+  requires detail::binary_operands<L, R>
+constexpr auto max(L&& l, R&& r) {
+  return detail::make_binary<op::max>(static_cast<L&&>(l), static_cast<R&&>(r));
+}
+/// Elementwise minimum (ties: the first operand).
+template <class L, class R>
+  requires detail::binary_operands<L, R>
+constexpr auto min(L&& l, R&& r) {
+  return detail::make_binary<op::min>(static_cast<L&&>(l), static_cast<R&&>(r));
+}
+/// Element type conversion: `cast<float>(int_index_tensor)`.
+template <element U, operand X>
+constexpr auto cast(X&& x) {
+  return unary_node<op::cast<U>, detail::node_t<X>>{detail::as_node(static_cast<X&&>(x))};
+}
+
+}  // namespace gradix

@@ -1,0 +1,25 @@
+#pragma once
+/// \file
+/// gradix: a header-only C++20 tensor DSL whose expressions are types (host umbrella).
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/dtype.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/math.hpp"
+#include "gradix/core/print.hpp"
+#include "gradix/core/rng.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/eval/elementwise.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/reduce.hpp"
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/backend/host/thread_pool.hpp"
+#include "gradix/api/eval.hpp"
+#include "gradix/api/fill.hpp"

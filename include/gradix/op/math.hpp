@@ -1,0 +1,151 @@
+#pragma once
+/// \file
+/// Elementwise functions: value and local derivative d_arg(x, y) where y = value(x).
+/// Subgradients at kinks: relu'(0) = 0, abs'(0) = 0.
+
+#include "gradix/config.hpp"
+#include "gradix/core/math.hpp"
+#include "gradix/core/simd.hpp"
+
+namespace gradix::op {
+
+#define GRADIX_LANEWISE(expr) \
+  simd::lanewise([](auto v) { return expr; }, x)
+
+/// y = exp(x);  dy/dx = y
+struct exp {
+  static constexpr char const* name = "exp";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::exp(v)); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y; }
+};
+/// y = log(x);  dy/dx = 1/x
+struct log {
+  static constexpr char const* name = "log";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::log(v)); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return T(1) / x; }
+};
+/// y = tanh(x);  dy/dx = 1 - y^2
+struct tanh {
+  static constexpr char const* name = "tanh";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::tanh(v)); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return T(1) - y * y; }
+};
+/// y = 1 / (1 + exp(-x));  dy/dx = y (1 - y)
+struct sigmoid {
+  static constexpr char const* name = "sigmoid";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    return GRADIX_LANEWISE(decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y * (T(1) - y); }
+};
+/// y = max(x, 0);  dy/dx = 1 if x > 0 else 0 (relu'(0) = 0)
+struct relu {
+  static constexpr char const* name = "relu";
+  static constexpr bool needs_floating = false;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    return GRADIX_LANEWISE(v > decltype(v)(0) ? v : decltype(v)(0));
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return x > T(0) ? T(1) : T(0); }
+};
+/// y = sqrt(x);  dy/dx = 1 / (2 y)
+struct sqrt {
+  static constexpr char const* name = "sqrt";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::sqrt(v)); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return T(0.5) / y; }
+};
+/// y = x^2;  dy/dx = 2x
+struct square {
+  static constexpr char const* name = "square";
+  static constexpr bool needs_floating = false;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) { return x * x; }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return T(2) * x; }
+};
+/// y = |x|;  dy/dx = sign(x) (abs'(0) = 0)
+struct abs {
+  static constexpr char const* name = "abs";
+  static constexpr bool needs_floating = false;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    return GRADIX_LANEWISE(v < decltype(v)(0) ? -v : v);
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  }
+};
+#undef GRADIX_LANEWISE
+
+/// y = a^b;  dy/da = b a^(b-1), dy/db = y log(a)
+struct pow {
+  static constexpr char const* name = "pow";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T a, T b) {
+    return simd::lanewise([](auto x, auto y) { return math::pow(x, y); }, a, b);
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_lhs(T a, T b, T) { return b * math::pow(a, b - T(1)); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_rhs(T a, T, T y) {
+    return a > T(0) ? y * math::log(a) : T(0);
+  }
+};
+
+/// y = max(a, b); the derivative goes to the first operand on ties:
+/// dy/da = 1 if a >= b else 0, dy/db = 1 if b > a else 0. A NaN operand gives NaN.
+struct max {
+  static constexpr char const* name = "max";
+  static constexpr bool needs_floating = false;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T a, T b) {
+    return simd::lanewise([](auto x, auto y) { return (x >= y || x != x) ? x : y; }, a, b);
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_lhs(T a, T b, T) { return a >= b ? T(1) : T(0); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_rhs(T a, T b, T) { return a >= b ? T(0) : T(1); }
+};
+/// y = min(a, b); ties go to the first operand, as for max. A NaN operand gives NaN.
+struct min {
+  static constexpr char const* name = "min";
+  static constexpr bool needs_floating = false;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T a, T b) {
+    return simd::lanewise([](auto x, auto y) { return (x <= y || x != x) ? x : y; }, a, b);
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_lhs(T a, T b, T) { return a <= b ? T(1) : T(0); }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_rhs(T a, T b, T) { return a <= b ? T(0) : T(1); }
+};
+
+/// y = U(x): element type conversion; dy/dx = 1 (0 for a conversion to an integer type).
+template <class U>
+struct cast {
+  static constexpr char const* name = "cast";
+  static constexpr bool needs_floating = false;
+  using result_type = U;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr U value(T x) { return static_cast<U>(x); }
+};
+
+}  // namespace gradix::op
