@@ -39,9 +39,14 @@ struct assigned_shapes_differ {
                 "shapes; see assigned_shapes_differ<destination shape, expression shape>");
 };
 
-/// Layout of eval's result: the expression's layout (strided and scalar-only -> row-major).
-template <class L>
-using result_layout_t = std::conditional_t<std::is_same_v<L, col_major>, col_major, row_major>;
+/// Layout of eval's result: column-major when the expression's contiguous axis is the first
+/// of several, else row-major (strided leaves and scalars give row-major).
+template <class L, std::size_t R>
+using result_layout_t =
+    std::conditional_t<std::is_same_v<L, col_major> ||
+                           (R > 1 && !std::is_same_v<L, row_major> && !std::is_same_v<L, strided> &&
+                            L::template unit_axis<R> == 0),
+                       col_major, row_major>;
 }  // namespace detail
 
 /// Evaluates e elementwise into dst, which must have e's shape (run-time check: throws
@@ -77,7 +82,7 @@ constexpr auto eval(E const& e_in) {
   auto e = detail::as_node(e_in);
   using N = decltype(e);
   using T = value_type_t<N>;
-  using L = detail::result_layout_t<layout_of_t<N>>;
+  using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
   static_assert(detail::expression_reads_device_memory<N>::value);
   tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
   host::assign(out.view(), e);

@@ -28,6 +28,14 @@ struct strided {
   static constexpr std::size_t unit_axis = R == 0 ? 0 : R - 1;
 };
 
+/// Layout of an expression whose contiguous axis is K (after a permutation or a dropped
+/// axis); only expressions have it, never storage.
+template <std::size_t K>
+struct axis_layout {
+  template <std::size_t R>
+  static constexpr std::size_t unit_axis = K < R ? K : (R == 0 ? 0 : R - 1);
+};
+
 template <class L>
 inline constexpr bool is_layout_v =
     std::is_same_v<L, row_major> || std::is_same_v<L, col_major> || std::is_same_v<L, strided>;

@@ -178,6 +178,16 @@ class tensor {
   constexpr T const& operator()(I... i) const {
     return (*this)[coord<rank>{{index_t(i)...}}];
   }
+  /// An index expression over a view of this tensor when some argument is not an integer:
+  /// `t(all, indices(i))` (see expr/index.hpp). Refused on a temporary tensor.
+  template <class... A>
+    requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
+  constexpr auto operator()(A const&... a) const& {
+    return index(view(), a...);
+  }
+  template <class... A>
+    requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
+  void operator()(A const&... a) && = delete;  // the expression would view a destroyed tensor
   /// Bounds-checked access: throws gradix::error naming the axis, the index and the extent.
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))

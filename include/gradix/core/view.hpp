@@ -79,6 +79,13 @@ struct tensor_view {
   GRADIX_HOST_DEVICE constexpr T& operator()(I... i) const {
     return (*this)[coord<rank>{{index_t(i)...}}];
   }
+  /// An index expression when some argument is not an integer: `v(all, indices(i))`,
+  /// `v(2, range(0, 8, 2))` (see expr/index.hpp; integers then select and drop their axis).
+  template <class... A>
+    requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
+  constexpr auto operator()(A const&... a) const {
+    return index(*this, a...);
+  }
   /// Element at indices, bounds-checked: throws gradix::error naming the axis.
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
