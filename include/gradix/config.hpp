@@ -28,6 +28,19 @@
 #define GRADIX_ALWAYS_INLINE inline
 #endif
 
+#define GRADIX_STRINGIFY(x) #x
+/// GRADIX_UNROLL(n): unroll the next loop n times (a hint; nothing under nvcc, whose front
+/// end warns on GCC pragmas, and whose device code has its own unrolling).
+#if defined(__CUDACC__)
+#define GRADIX_UNROLL(n)
+#elif defined(__clang__)
+#define GRADIX_UNROLL(n) _Pragma(GRADIX_STRINGIFY(unroll n))
+#elif defined(__GNUC__)
+#define GRADIX_UNROLL(n) _Pragma(GRADIX_STRINGIFY(GCC unroll n))
+#else
+#define GRADIX_UNROLL(n)
+#endif
+
 /// GRADIX_ASSERT checks gradix's own invariants only, never user input (user input gets a
 /// thrown gradix::error in every build type).
 #if defined(GRADIX_ENABLE_ASSERTS) && !defined(__CUDA_ARCH__)

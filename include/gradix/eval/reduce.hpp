@@ -77,15 +77,15 @@ struct lanes {
     constexpr int NP = L / W;  // accumulator packs: lane q*W + w is lane w of pack q
     using P = simd::pack<T, W>;
     P acc[NP];
-#pragma GCC unroll 16
+GRADIX_UNROLL(16)
     for (int q = 0; q < NP; ++q) acc[q] = simd::load<T, W>(v_ + q * W);
     index_t j = 0;
     for (; j + L <= n; j += L) {
-#pragma GCC unroll 16
+GRADIX_UNROLL(16)
       for (int q = 0; q < NP; ++q)
         acc[q] = Op::combine(acc[q], convert<T, W>(in.template pack<W>(j + q * W)));
     }
-#pragma GCC unroll 16
+GRADIX_UNROLL(16)
     for (int q = 0; q < NP; ++q) simd::store<T, W>(v_ + q * W, acc[q]);
     for (; j < n; ++j) v_[j % L] = Op::combine(v_[j % L], T(in.elem(j)));
   }
