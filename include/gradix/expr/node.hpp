@@ -30,10 +30,14 @@ using layout_of_t = typename std::remove_cvref_t<E>::layout_type;
 template <class E>
 using space_of_t = typename std::remove_cvref_t<E>::space_type;
 
-/// Something a builder accepts as a tensor operand: an expression, or a tensor (an lvalue
-/// tensor becomes a view of it; a temporary tensor is refused with a message).
+/// A parameter object (see api/param.hpp): in expressions, a leaf that receives gradients.
 template <class X>
-concept operand = expression<X> || is_tensor_v<std::remove_cvref_t<X>>;
+concept parameter_object = requires { typename std::remove_cvref_t<X>::is_gradix_param; };
+
+/// Something a builder accepts as a tensor operand: an expression, a tensor or a parameter
+/// (an lvalue becomes a view of it; a temporary is refused with a message).
+template <class X>
+concept operand = expression<X> || is_tensor_v<std::remove_cvref_t<X>> || parameter_object<X>;
 
 /// A C++ scalar that combines with an expression (`x * 2.0f`).
 template <class X>
@@ -69,6 +73,11 @@ constexpr auto as_node(X&& x) {
                   "gradix: a temporary tensor cannot be used in an expression (the expression "
                   "would keep a view of it after it is destroyed); store it in a variable first");
     return x.view();
+  } else if constexpr (parameter_object<X>) {
+    static_assert(std::is_lvalue_reference_v<X>,
+                  "gradix: a temporary parameter cannot be used in an expression (the expression "
+                  "would point at its gradient storage after it is destroyed)");
+    return x.node();
   } else {
     return D(x);
   }

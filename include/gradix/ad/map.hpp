@@ -1,0 +1,269 @@
+#pragma once
+/// \file
+/// Write maps: how a coordinate d of an adjoint's domain D reaches the coordinates of the
+/// node that receives it. A map is a tuple with one *axis expression* per target axis:
+///
+///   value_k(d) = off + scale * base(d),  base one of
+///     ax_dom<J>          d[J]                         (affine: injective in d[J])
+///     ax_const           0                            (a constant: at(j), select, broadcast)
+///     ax_lookup<In, Idx> idx[In(d)]                   (through an index vector: not injective
+///                                                     unless Idx is unique_vec)
+///     ax_reshape<M, K>   coordinate K of unravel(ravel(M(d)))   (a reshape)
+///     ax_argmax<N, M, K> coordinate K of the first arg-max of the max-reduction N at M(d)
+///
+/// Composition is closed: pushing an adjoint through an index or view node substitutes the
+/// node's own coordinate map into these expressions (a shift of a constant is a constant,
+/// a range of a range is a range). A D axis that reaches no target axis is *projected*: the
+/// update kernel sums over it. All of this is types plus a few integers: nothing is
+/// materialised.
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tuple.hpp"
+#include "gradix/expr/index.hpp"
+
+#include <type_traits>
+#include <utility>
+
+namespace gradix::ad {
+
+template <std::size_t J>
+struct ax_dom {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+};
+struct ax_const {
+  index_t off_ = 0;
+  index_t scale_ = 1;  // unused; present so that every axis expression composes alike
+};
+template <class Inner, class Idx>
+struct ax_lookup {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+  Idx idx_;
+  Inner inner_;
+};
+template <class Map, std::size_t K, std::size_t RO, std::size_t RI>
+struct ax_reshape {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+  Map map_;  // to the reshape node's output coordinates
+  array<index_t, RO> out_ext_;
+  array<index_t, RI> in_ext_;
+};
+template <class Node, class Map, std::size_t K>
+struct ax_argmax {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+  Node node_;  // the max reduce_node
+  Map map_;    // to its output coordinates
+};
+
+// ---------------------------------------------------------------------------------------
+// Dependence on domain axes (types only)
+
+template <class Ax, std::size_t J>
+struct depends : std::false_type {};
+template <std::size_t I, std::size_t J>
+struct depends<ax_dom<I>, J> : std::bool_constant<I == J> {};
+template <class In, class Idx, std::size_t J>
+struct depends<ax_lookup<In, Idx>, J> : depends<In, J> {};
+template <class... Ax, std::size_t J>
+struct depends<tuple<Ax...>, J> : std::bool_constant<(depends<Ax, J>::value || ...)> {};
+template <class M, std::size_t K, std::size_t RO, std::size_t RI, std::size_t J>
+struct depends<ax_reshape<M, K, RO, RI>, J> : depends<M, J> {};
+template <class N, class M, std::size_t K, std::size_t J>
+struct depends<ax_argmax<N, M, K>, J> : depends<M, J> {};
+template <class Ax, std::size_t J>
+inline constexpr bool depends_v = depends<Ax, J>::value;
+
+/// Number of components of map M that depend on domain axis J.
+template <class M, std::size_t J>
+struct count_deps;
+template <class... Ax, std::size_t J>
+struct count_deps<tuple<Ax...>, J>
+    : std::integral_constant<int, (int(depends_v<Ax, J>) + ... + 0)> {};
+
+/// The component index of M that is exactly ax_dom<J>, or -1.
+template <class M, std::size_t J>
+struct dom_component;
+template <class... Ax, std::size_t J>
+struct dom_component<tuple<Ax...>, J> {
+  static constexpr int value = [] {
+    int k = 0, r = -1;
+    ((std::is_same_v<Ax, ax_dom<J>> ? (r = (r < 0 ? k : r), ++k) : ++k), ...);
+    return r;
+  }();
+};
+
+/// Is axis expression Ax injective in the domain axes it depends on (as far as types show)?
+template <class Ax>
+struct injective_ax : std::false_type {};
+template <std::size_t J>
+struct injective_ax<ax_dom<J>> : std::true_type {};
+template <>
+struct injective_ax<ax_const> : std::true_type {};
+template <class In, class I>
+struct injective_ax<ax_lookup<In, unique_vec<I>>> : injective_ax<In> {};
+
+/// A map is injective when every component is, and each domain axis reaches at most one
+/// component. (Two uses fused in one kernel would not be injective together.)
+template <class M, std::size_t RD>
+struct injective_map;
+template <class... Ax, std::size_t RD>
+struct injective_map<tuple<Ax...>, RD> {
+  static constexpr bool value = [] {
+    if (!(injective_ax<Ax>::value && ...)) return false;
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return ((count_deps<tuple<Ax...>, J>::value <= 1) && ...);
+    }(std::make_index_sequence<RD>{});
+  }();
+};
+
+// ---------------------------------------------------------------------------------------
+// Composition
+
+/// off + scale * (expression): substitutes an affine function into an axis expression.
+template <class Ax>
+constexpr Ax affine_of(Ax a, index_t off, index_t scale) {
+  if constexpr (std::is_same_v<Ax, ax_const>) {
+    a.off_ = off + scale * a.off_;
+  } else {
+    a.off_ = off + scale * a.off_;
+    a.scale_ = scale * a.scale_;
+  }
+  return a;
+}
+
+/// The identity map of a rank-R domain.
+template <std::size_t R>
+constexpr auto identity_map() {
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return make_tuple(ax_dom<J>{}...);
+  }(std::make_index_sequence<R>{});
+}
+
+/// Through index_node<_, Axis, Idx>: the operand's map from the node's map m.
+template <std::size_t Axis, class Idx, std::size_t RA, class... Ax>
+constexpr auto compose_index(tuple<Ax...> const& m, Idx const& idx) {
+  constexpr bool drop = std::is_same_v<Idx, index_select>;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (K == Axis) {
+        if constexpr (drop || std::is_same_v<Idx, index_at>) {
+          return ax_const{idx.pos_};
+        } else if constexpr (std::is_same_v<Idx, index_range>) {
+          return affine_of(get<Axis>(m), idx.start_, idx.step_);
+        } else {
+          using In = std::remove_cvref_t<decltype(get<Axis>(m))>;
+          return ax_lookup<In, Idx>{0, 1, idx, get<Axis>(m)};
+        }
+      } else {
+        return get<(drop && K > Axis) ? K - 1 : K>(m);
+      }
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::make_index_sequence<RA>{});
+}
+
+/// Through permute_node<_, P...>: operand axis P_k gets component k.
+template <std::size_t... P, class... Ax>
+constexpr auto compose_permute(tuple<Ax...> const& m) {
+  constexpr array<std::size_t, sizeof...(P)> perm{{P...}};
+  constexpr auto inv = [&] {
+    array<std::size_t, sizeof...(P)> r{};
+    for (std::size_t k = 0; k < sizeof...(P); ++k) r[perm[k]] = k;
+    return r;
+  }();
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return make_tuple(get<inv[J]>(m)...);
+  }(std::make_index_sequence<sizeof...(P)>{});
+}
+
+/// Through unsqueeze_node<_, Axis>: drop component Axis.
+template <std::size_t Axis, class... Ax>
+constexpr auto compose_unsqueeze(tuple<Ax...> const& m) {
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return make_tuple(get<(J >= Axis ? J + 1 : J)>(m)...);
+  }(std::make_index_sequence<sizeof...(Ax) - 1>{});
+}
+
+/// Through a broadcast (binary operand or broadcast_node) of an operand with shape SA into
+/// a result of rank sizeof...(Ax): leading axes dropped, static-1 axes constant 0.
+template <class SA, class... Ax>
+constexpr auto compose_broadcast(tuple<Ax...> const& m) {
+  constexpr std::size_t off = sizeof...(Ax) - SA::rank;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (SA::static_extents[K] == 1) return ax_const{0};
+      else return get<K + off>(m);
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::make_index_sequence<SA::rank>{});
+}
+
+/// Through a sum/mean reduce_node over Mask of an operand of rank RA: the reduced axes read
+/// new domain axes RD, RD + 1, ... (in axis order); the kept ones the node's components.
+template <std::uint64_t Mask, bool Keep, std::size_t RA, std::size_t RD, class... Ax>
+constexpr auto compose_reduce(tuple<Ax...> const& m) {
+  constexpr auto src = [] {
+    // for operand axis j: (is new domain axis, index)
+    array<std::size_t, RA> r{};
+    std::size_t k = 0, nd = 0;
+    for (std::size_t j = 0; j < RA; ++j) {
+      bool red = (Mask >> j) & 1;
+      if (red) {
+        r[j] = 1000 + RD + nd++;
+        if (Keep) ++k;
+      } else {
+        r[j] = k++;
+      }
+    }
+    return r;
+  }();
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (src[K] >= 1000) return ax_dom<src[K] - 1000>{};
+      else return get<src[K]>(m);
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::make_index_sequence<RA>{});
+}
+
+/// Through a reshape from operand extents in_ext to output extents out_ext.
+template <std::size_t RI, std::size_t RO, class M>
+constexpr auto compose_reshape(M const& m, array<index_t, RO> out_ext, array<index_t, RI> in_ext) {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return make_tuple(ax_reshape<M, K, RO, RI>{0, 1, m, out_ext, in_ext}...);
+  }(std::make_index_sequence<RI>{});
+}
+
+/// Through a max reduce_node over Mask: reduced axes read the arg-max, the others the
+/// node's components.
+template <std::uint64_t Mask, bool Keep, std::size_t RA, class Node, class... Ax>
+constexpr auto compose_argmax(Node const& node, tuple<Ax...> const& m) {
+  constexpr auto src = [] {
+    array<std::size_t, RA> r{};
+    std::size_t k = 0;
+    for (std::size_t j = 0; j < RA; ++j) {
+      bool red = (Mask >> j) & 1;
+      if (red) {
+        r[j] = 1000;
+        if (Keep) ++k;
+      } else {
+        r[j] = k++;
+      }
+    }
+    return r;
+  }();
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (src[K] == 1000) return ax_argmax<Node, tuple<Ax...>, K>{0, 1, node, m};
+      else return get<src[K]>(m);
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::make_index_sequence<RA>{});
+}
+
+}  // namespace gradix::ad

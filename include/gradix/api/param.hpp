@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// Parameters: a tensor with gradient storage. `auto p = param(tensor, sparse_grad<1>)`.
+/// In expressions a parameter is a leaf that receives gradients from backward; plain
+/// tensors are constants. A parameter is not copyable (expressions point at its gradient
+/// storage); moving it keeps that storage in place.
+
+#include "gradix/config.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/param.hpp"
+#include "gradix/grad/storage.hpp"
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace gradix {
+
+template <class T, class Shape, class Layout = row_major, class Spec = dense_grad_t<0>>
+class parameter {
+ public:
+  using is_gradix_param = void;
+  using value_type = T;
+  using shape_type = Shape;
+  using layout_type = Layout;
+  using grad_spec = Spec;
+  using storage_type = grad_storage_t<T, Shape, Layout, Spec>;
+  static constexpr std::size_t rank = Shape::rank;
+  static_assert(Spec::axis < Shape::rank || Shape::rank == 0,
+                "gradix::param: the gradient axis is out of range for the tensor's rank");
+
+  explicit parameter(tensor<T, Shape, Layout> value) : impl_(std::make_unique<impl>(std::move(value))) {}
+  parameter(parameter&&) noexcept = default;
+  parameter& operator=(parameter&&) noexcept = default;
+
+  /// The value (change it freely between backward calls: expressions read it when run).
+  tensor<T, Shape, Layout>& value() { return impl_->value_; }
+  tensor<T, Shape, Layout> const& value() const { return impl_->value_; }
+  /// The accumulated gradient (dense or sparse storage, see grad/storage.hpp).
+  storage_type& grad() { return impl_->grad_; }
+  storage_type const& grad() const { return impl_->grad_; }
+  Shape const& shape() const { return impl_->value_.shape(); }
+
+  /// The leaf node that expressions hold.
+  param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
+    return {impl_->value_.view(), &impl_->grad_};
+  }
+
+  /// An index expression (`E(all, indices(i))`); with integers only, element access to the value.
+  template <class... A>
+    requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
+  auto operator()(A const&... a) const& {
+    return index(node(), a...);
+  }
+  template <class... A>
+    requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
+  void operator()(A const&... a) && = delete;  // the expression would outlive the parameter
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  T const& operator()(I... i) const {
+    return impl_->value_(i...);
+  }
+
+ private:
+  struct impl {
+    explicit impl(tensor<T, Shape, Layout> v) : value_(std::move(v)), grad_(value_.shape()) {}
+    tensor<T, Shape, Layout> value_;
+    storage_type grad_;
+  };
+  std::unique_ptr<impl> impl_;
+};
+
+/// A parameter from a tensor; the gradient storage is dense (tracking slices along axis 0)
+/// unless given: `param(t, sparse_grad<1>)`, `param(t, dense_grad<1>)`.
+template <class T, class S, class L, class Spec = dense_grad_t<0>>
+parameter<T, S, L, Spec> param(tensor<T, S, L> value, Spec = {}) {
+  return parameter<T, S, L, Spec>(std::move(value));
+}
+
+}  // namespace gradix

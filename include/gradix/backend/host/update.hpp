@@ -1,0 +1,264 @@
+#pragma once
+/// \file
+/// Host update kernels: run one `use` of a backward plan. For every d of the use's domain D,
+/// add v(d) to the gradient at m(d).
+///
+/// Loop nest (from the kernel's type, ad/plan.hpp): the domain axis that reaches the
+/// target's contiguous axis affinely is innermost (SIMD packs when its step is 1); projected
+/// axes are summed in a register tile that is written once, or, when v does not depend on
+/// them, collapse to `extent x v`; the remaining axes are outer, and the target position
+/// (with index lookups and the slot map) is computed once per outer coordinate.
+///
+/// Threads: an injective map splits the outer coordinates freely. Otherwise the outer
+/// coordinates are ordered by target position (ties: by coordinate) and split at position
+/// boundaries (owner computes), so each target element receives its additions in the same
+/// order as with one thread: bit-identical results for any thread count.
+
+#include "gradix/ad/plan.hpp"
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/backend/host/thread_pool.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/simd.hpp"
+#include "gradix/eval/ad.hpp"
+#include "gradix/eval/map.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::host {
+
+/// A buffer that only grows, reused by every backward (no allocation once warm).
+struct scratch_buffer {
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+  ~scratch_buffer() { ::operator delete(p_, std::align_val_t{64}); }
+  template <class T>
+  T* get(std::size_t n) {
+    std::size_t need = n * sizeof(T);
+    if (need > bytes_) {
+      ::operator delete(p_, std::align_val_t{64});
+      std::size_t b = std::max(need, bytes_ * 2);
+      p_ = ::operator new(b, std::align_val_t{64});
+      bytes_ = b;
+    }
+    return static_cast<T*>(p_);
+  }
+};
+inline scratch_buffer& scratch() {
+  static scratch_buffer s;
+  return s;
+}
+
+namespace detail {
+
+/// Odometer over the axes in Mask of a domain (other coordinates left as they are).
+template <std::size_t R>
+GRADIX_ALWAYS_INLINE bool next_coord(coord<R>& c, array<index_t, R> const& ext, std::uint64_t mask) {
+  for (std::size_t j = R; j-- > 0;) {
+    if (!((mask >> j) & 1)) continue;
+    if (++c[j] < ext[j]) return true;
+    c[j] = 0;
+  }
+  return false;
+}
+/// Coordinate of the k-th element of the odometer over Mask.
+template <std::size_t R>
+coord<R> nth_coord(array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
+  coord<R> c{};
+  for (std::size_t j = R; j-- > 0;) {
+    if (!((mask >> j) & 1)) continue;
+    c[j] = k % ext[j];
+    k /= ext[j];
+  }
+  return c;
+}
+
+/// Offset of target coordinate t in the storage (through the slot map when sparse).
+template <class G, std::size_t R>
+GRADIX_ALWAYS_INLINE index_t target_offset(G const& g, coord<R> const& t) {
+  auto const& st = g.strides();
+  index_t off = 0;
+  for (std::size_t k = 0; k < R; ++k) {
+    index_t x = t[k];
+    if constexpr (G::sparse) {
+      if (k == G::axis) x = g.slot(x);
+    }
+    off += x * st[k];
+  }
+  return off;
+}
+
+}  // namespace detail
+
+/// Pre-pass of one use (serial): reserve sparse slots / mark touched dense slices along the
+/// storage's axis, for every position the use will write.
+template <class Use>
+void prepare(Use const& u) {
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  constexpr std::size_t RD = K::domain_rank;
+  constexpr std::size_t S = G::axis;
+  if constexpr (K::target_rank == 0) {
+    return;
+  } else {
+    auto ext = u.dom_.extents();
+    for (std::size_t j = 0; j < RD; ++j)
+      if (ext[j] == 0) return;
+    using C = ad::map_component_t<typename Use::map_type, S>;
+    std::uint64_t mask = [] {
+      std::uint64_t r = 0;
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((r |= ad::depends_v<C, J> ? (std::uint64_t(1) << J) : 0), ...);
+      }(std::make_index_sequence<RD>{});
+      return r;
+    }();
+    G& g = *u.target_;
+    auto const& comp = get<S>(u.map_);
+    coord<RD> d{};
+    do {
+      g.touch(ev::ax_value(comp, d));
+    } while (detail::next_coord(d, ext, mask));
+  }
+}
+
+/// Runs one use (after prepare).
+template <class Use>
+void run(Use const& u) {
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  using V = typename Use::value_expr;
+  using VT = value_type_t<V>;
+  constexpr std::size_t RD = K::domain_rank;
+  constexpr int I = K::inner_axis;
+  constexpr std::uint64_t P = K::projected_mask;
+  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
+  constexpr std::uint64_t O = all_mask & ~P & ~(I >= 0 ? std::uint64_t(1) << (I < 0 ? 0 : I) : 0);
+
+  auto ext = u.dom_.extents();
+  index_t n_outer = 1, n_proj = 1;
+  for (std::size_t j = 0; j < RD; ++j) {
+    if (ext[j] == 0) return;
+    if ((O >> j) & 1) n_outer *= ext[j];
+    if ((P >> j) & 1) n_proj *= ext[j];
+  }
+  index_t n_in = I >= 0 ? ext[std::size_t(I < 0 ? 0 : I)] : 1;
+
+  // Copy the kernel's state into locals: gradient stores cannot alias it.
+  ev::evaluator<V> const vev(u.v_);
+  auto const map = u.map_;
+  G const& g = *u.target_;
+  T* const data = u.target_->data();
+  index_t const tstride = [&] {
+    if constexpr (I >= 0) {
+      return g.strides()[std::size_t(K::target_unit_axis)] *
+             get<std::size_t(K::target_unit_axis)>(map).scale_;
+    } else {
+      return index_t(0);
+    }
+  }();
+  T const mult = K::collapses_projected ? T(n_proj) : T(1);
+
+  // The work of one outer coordinate o (inner and projected coordinates 0).
+  auto body = [&](coord<RD> const& o) {
+    T* tp = data + detail::target_offset(g, ev::map_value(map, o));
+    if constexpr (I < 0) {
+      if constexpr (P == 0 || K::collapses_projected) {
+        *tp += T(vev(o)) * mult;
+      } else {
+        VT acc{};
+        coord<RD> d = o;
+        do acc += vev(d);
+        while (detail::next_coord(d, ext, P));
+        *tp += T(acc);
+      }
+    } else {
+      constexpr int W = simd::width<T>;
+      if constexpr (P == 0 || K::collapses_projected) {
+        auto in = vev.template outer<I>(o);
+        index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if (tstride == 1) {
+          for (; i + W <= n_in; i += W) {
+            auto x = ev::convert<T, W>(in.template pack<W>(i));
+            if constexpr (K::collapses_projected) x *= mult;
+            simd::store<T, W>(tp + i, simd::load<T, W>(tp + i) + x);
+          }
+        }
+#endif
+        for (; i < n_in; ++i) tp[i * tstride] += T(in.elem(i)) * mult;
+      } else {
+        // register tile over the inner axis, summed over the projected axes, written once
+        constexpr index_t TILE = 4 * W;
+        for (index_t t0 = 0; t0 < n_in; t0 += TILE) {
+          index_t len = n_in - t0 < TILE ? n_in - t0 : TILE;
+          T acc[TILE] = {};
+          coord<RD> d = o;
+          do {
+            auto in = vev.template outer<I>(d);
+#if defined(GRADIX_HAS_VECTOR_EXT)
+            if (len == TILE) {
+              GRADIX_UNROLL(4)
+              for (index_t q = 0; q < TILE; q += W)
+                simd::store<T, W>(acc + q, simd::load<T, W>(acc + q) +
+                                               ev::convert<T, W>(in.template pack<W>(t0 + q)));
+              continue;
+            }
+#endif
+            for (index_t q = 0; q < len; ++q) acc[q] += T(in.elem(t0 + q));
+          } while (detail::next_coord(d, ext, P));
+          for (index_t q = 0; q < len; ++q) tp[(t0 + q) * tstride] += acc[q];
+        }
+      }
+    }
+  };
+
+  index_t work = n_outer * n_in * (K::collapses_projected ? 1 : n_proj);
+  thread_pool& tp = pool();
+  if (tp.size() == 1 || work < 2 * parallel_min_elements || n_outer < 2) {
+    coord<RD> o{};
+    do body(o);
+    while (detail::next_coord(o, ext, O));
+    return;
+  }
+  if constexpr (K::injective) {
+    parallel_ranges(
+        n_outer,
+        [&](index_t a, index_t b) {
+          coord<RD> o = detail::nth_coord(ext, O, a);
+          for (index_t k = a; k < b; ++k) {
+            body(o);
+            detail::next_coord(o, ext, O);
+          }
+        },
+        std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
+  } else {
+    // owner computes: order outer coordinates by target position, split at boundaries
+    using pair = std::pair<index_t, index_t>;
+    pair* order = scratch().get<pair>(std::size_t(n_outer));
+    {
+      coord<RD> o{};
+      index_t k = 0;
+      do {
+        order[k] = {detail::target_offset(g, ev::map_value(map, o)), k};
+        ++k;
+      } while (detail::next_coord(o, ext, O));
+    }
+    std::sort(order, order + n_outer);  // ties by outer index: a stable order
+    index_t tasks = std::min<index_t>(n_outer, index_t(tp.size()) * 4);
+    auto task = [&](index_t t) {
+      index_t a = n_outer * t / tasks, b = n_outer * (t + 1) / tasks;
+      // move both ends forward to the start of a target position's group
+      while (a > 0 && a < n_outer && order[a].first == order[a - 1].first) ++a;
+      while (b > 0 && b < n_outer && order[b].first == order[b - 1].first) ++b;
+      for (index_t k = a; k < b; ++k) body(detail::nth_coord(ext, O, order[k].second));
+    };
+    tp.run(tasks, task);
+  }
+}
+
+}  // namespace gradix::host

@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// Evaluating write maps (ad/map.hpp) at a domain coordinate.
+
+#include "gradix/ad/map.hpp"
+#include "gradix/config.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/reduce.hpp"
+
+namespace gradix::ev {
+
+template <std::size_t J, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_dom<J> const& a, coord<RD> const& d) {
+  return a.off_ + a.scale_ * d[J];
+}
+template <std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_const const& a, coord<RD> const&) {
+  return a.off_;
+}
+template <class In, class Idx, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_lookup<In, Idx> const& a, coord<RD> const& d) {
+  return a.off_ + a.scale_ * a.idx_(ax_value(a.inner_, d));
+}
+template <class... Ax, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& m,
+                                                           coord<RD> const& d);
+template <class M, std::size_t K, std::size_t RO, std::size_t RI, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const& a,
+                                              coord<RD> const& d) {
+  coord<RO> o = map_value(a.map_, d);
+  index_t lin = 0;
+  for (std::size_t k = 0; k < RO; ++k) lin = lin * a.out_ext_[k] + o[k];
+  index_t v = 0;
+  for (std::size_t j = RI; j-- > 0;) {
+    index_t q = lin % a.in_ext_[j];
+    lin /= a.in_ext_[j];
+    if (j == K) v = q;
+  }
+  return a.off_ + a.scale_ * v;
+}
+/// Coordinate K of the first arg-max (row-major order over the reduced axes; a NaN wins).
+template <class Node, class M, std::size_t K, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a, coord<RD> const& d) {
+  using E = evaluator<Node>;
+  E ev(a.node_);
+  auto o = map_value(a.map_, d);
+  auto c = ev.base(o);
+  constexpr std::size_t RA = E::in_rank;
+  auto best_c = c;
+  typename E::value_type best{};
+  bool first = true;
+  index_t n = ev.count();
+  for (index_t e = 0; e < n; ++e) {
+    auto v = ev.arg_(c);
+    if (first || v > best || (v != v && best == best)) {
+      best = v;
+      best_c = c;
+      first = false;
+    }
+    for (std::size_t j = RA; j-- > 0;) {
+      if (!E::reduced(j)) continue;
+      if (++c[j] < ev.ext_[j]) break;
+      c[j] = 0;
+    }
+  }
+  return a.off_ + a.scale_ * best_c[K];
+}
+template <class... Ax, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& m,
+                                                           coord<RD> const& d) {
+  coord<sizeof...(Ax)> t{};
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ((t[K] = ax_value(get<K>(m), d)), ...);
+  }(std::index_sequence_for<Ax...>{});
+  return t;
+}
+
+}  // namespace gradix::ev

@@ -1,0 +1,51 @@
+#pragma once
+/// \file
+/// Leaves that take part in AD: parameter leaves (a view plus a pointer to the parameter's
+/// gradient storage; identity is that pointer, a run-time fact) and detach (no gradient).
+
+#include "gradix/config.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/node.hpp"
+
+namespace gradix {
+
+/// out[c] = value of the parameter at c
+/// backward: d_param[c] += d_out[c] (into the storage G points at)
+template <class View, class G>
+struct param_node {
+  using is_gradix_expression = void;
+  using view_type = View;
+  using grad_type = G;
+  using value_type = typename View::value_type;
+  using shape_type = typename View::shape_type;
+  using layout_type = typename View::layout_type;
+  using space_type = typename View::space_type;
+  View view_;
+  G* grad_;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return view_.shape(); }
+};
+
+/// out[c] = arg[c]; backward: nothing (the gradient stops here)
+template <class Arg>
+struct detach_node {
+  using is_gradix_expression = void;
+  using value_type = value_type_t<Arg>;
+  using shape_type = shape_of_t<Arg>;
+  using layout_type = layout_of_t<Arg>;
+  using space_type = space_of_t<Arg>;
+  Arg arg_;
+  GRADIX_HOST_DEVICE constexpr shape_type shape() const { return arg_.shape(); }
+};
+
+/// Stops gradients: `detach(e)` has e's value and no derivative.
+template <operand X>
+constexpr auto detach(X&& x) {
+  return detach_node<detail::node_t<X>>{detail::as_node(static_cast<X&&>(x))};
+}
+
+template <class E>
+struct is_param_node : std::false_type {};
+template <class V, class G>
+struct is_param_node<param_node<V, G>> : std::true_type {};
+
+}  // namespace gradix

@@ -1,0 +1,271 @@
+#pragma once
+/// \file
+/// Gradient storage of a parameter.
+///
+/// - dense_grad<Axis>: a dense tensor of the parameter's shape, allocated once. It tracks
+///   the slices along Axis that backward writes, so zero_grad clears only those; a use
+///   whose writes along Axis cannot be listed cheaply marks everything (a full clear).
+/// - sparse_grad<Axis>: slices along Axis, always coalesced: a slot map (int32 per position
+///   along Axis, allocated once) from slice id to a compact slice. Slots are reserved in a
+///   serial pre-pass of backward, in first-touch order, so storage is deterministic; the
+///   update kernels then add in place and never allocate. Never append-then-coalesce.
+///
+/// Both present the same target to update kernels: element (t_0, ..., t_{R-1}) lives at
+/// data + sum_k stride_k * t_k, where t_Axis is first mapped through the slot map (sparse).
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tensor.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gradix {
+
+/// Gradient storage kinds, chosen per parameter: `param(t, sparse_grad<1>)`.
+template <std::size_t Axis>
+struct dense_grad_t {
+  static constexpr std::size_t axis = Axis;
+  static constexpr bool sparse = false;
+};
+template <std::size_t Axis>
+struct sparse_grad_t {
+  static constexpr std::size_t axis = Axis;
+  static constexpr bool sparse = true;
+};
+template <std::size_t Axis = 0>
+inline constexpr dense_grad_t<Axis> dense_grad{};
+template <std::size_t Axis>
+inline constexpr sparse_grad_t<Axis> sparse_grad{};
+
+namespace detail {
+/// Calls f(offset) for every element offset of slice `id` along `axis` of a tensor with
+/// extents ext and strides st (the innermost loop over the contiguous remaining axis).
+template <std::size_t R, class F>
+void for_each_in_slice(array<index_t, R> const& ext, array<index_t, R> const& st, std::size_t axis,
+                       index_t base, F&& f) {
+  coord<R> c{};
+  index_t n = 1;
+  for (std::size_t k = 0; k < R; ++k)
+    if (k != axis) n *= ext[k];
+  for (index_t e = 0; e < n; ++e) {
+    index_t off = base;
+    for (std::size_t k = 0; k < R; ++k)
+      if (k != axis) off += c[k] * st[k];
+    f(off);
+    for (std::size_t k = R; k-- > 0;) {
+      if (k == axis) continue;
+      if (++c[k] < ext[k]) break;
+      c[k] = 0;
+    }
+  }
+}
+}  // namespace detail
+
+/// Dense gradient storage with touched-slice tracking along Axis.
+template <class T, class Shape, class Layout, std::size_t Axis>
+class dense_grad_storage {
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  static constexpr std::size_t rank = Shape::rank;
+  static constexpr std::size_t axis = Axis;
+  static constexpr bool sparse = false;
+  /// The contiguous axis of the storage (-1 for rank 0).
+  static constexpr int unit_axis = rank == 0 ? -1 : int(Layout::template unit_axis<rank>);
+
+  explicit dense_grad_storage(Shape s)
+      : g_(s), flag_(std::size_t(s.extent(Axis)), 0) {
+    touched_.reserve(std::size_t(s.extent(Axis)));
+    strides_ = contiguous_strides<Layout>(s.extents());
+  }
+
+  /// The gradient as a tensor (zeros where nothing was written).
+  tensor<T, Shape, Layout> const& dense() const { return g_; }
+  tensor<T, Shape, Layout> to_dense() const { return g_; }
+  Shape const& shape() const { return g_.shape(); }
+
+  // --- used by backward's pre-pass and kernels
+  void touch(index_t id) {
+    if (!flag_[std::size_t(id)]) {
+      flag_[std::size_t(id)] = 1;
+      touched_.push_back(id);
+    }
+  }
+  void touch_all() { all_ = true; }
+  T* data() { return g_.data(); }
+  array<index_t, rank> const& strides() const { return strides_; }
+  index_t slot(index_t id) const { return id; }  // identity: no slot map
+  /// Slices along Axis written since the last zero (all of them after touch_all()).
+  bool all_touched() const { return all_; }
+  std::vector<index_t> const& touched() const { return touched_; }
+
+  /// Clears what backward wrote: the touched slices, or everything after a full write.
+  void zero() {
+    if (all_) {
+      std::memset(static_cast<void*>(g_.data()), 0, std::size_t(g_.size()) * sizeof(T));
+      all_ = false;
+    } else {
+      auto ext = g_.shape().extents();
+      for (index_t id : touched_)
+        detail::for_each_in_slice<rank>(ext, strides_, Axis, id * strides_[Axis],
+                                        [&](index_t off) { g_.data()[off] = T(0); });
+    }
+    for (index_t id : touched_) flag_[std::size_t(id)] = 0;
+    touched_.clear();
+  }
+
+ private:
+  tensor<T, Shape, Layout> g_;
+  std::vector<std::uint8_t> flag_;
+  std::vector<index_t> touched_;
+  array<index_t, rank> strides_{};
+  bool all_ = false;
+};
+
+/// Sparse gradient storage along Axis: coalesced slices through a slot map.
+template <class T, class Shape, class Layout, std::size_t Axis>
+class sparse_grad_storage {
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  static constexpr std::size_t rank = Shape::rank;
+  static constexpr std::size_t axis = Axis;
+  static constexpr bool sparse = true;
+  /// The contiguous axis inside a slice (-1 when a slice is one element).
+  static constexpr int unit_axis = [] {
+    if (rank <= 1) return -1;
+    if constexpr (std::is_same_v<Layout, col_major>) return Axis == 0 ? 1 : 0;
+    else return Axis == rank - 1 ? int(rank) - 2 : int(rank) - 1;
+  }();
+
+  explicit sparse_grad_storage(Shape s) : shape_(s), slot_(std::size_t(s.extent(Axis)), -1) {
+    // strides inside the compact storage: the layout's order over the other axes, and one
+    // slice per slot along Axis
+    array<index_t, rank> ext = s.extents();
+    ext[Axis] = 1;
+    strides_ = contiguous_strides<Layout>(ext);
+    slice_size_ = 1;
+    for (std::size_t k = 0; k < rank; ++k)
+      if (k != Axis) slice_size_ *= s.extent(k);
+    strides_[Axis] = slice_size_;
+  }
+  sparse_grad_storage(sparse_grad_storage const&) = delete;
+  sparse_grad_storage& operator=(sparse_grad_storage const&) = delete;
+  sparse_grad_storage(sparse_grad_storage&& o) noexcept
+      : shape_(o.shape_), slot_(std::move(o.slot_)), ids_(std::move(o.ids_)),
+        data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)),
+        slice_size_(o.slice_size_), strides_(o.strides_) {}
+  ~sparse_grad_storage() { release(); }
+
+  Shape const& shape() const { return shape_; }
+  /// Number of stored slices.
+  index_t size() const { return index_t(ids_.size()); }
+  /// Slice id (position along Axis) of slot k, in first-touch order.
+  index_t id(index_t k) const { return ids_[std::size_t(k)]; }
+  /// Slot of a slice id, or -1.
+  index_t find(index_t id) const { return slot_[std::size_t(id)]; }
+  /// Pointer to the elements of slot k (slice_elements() of them, in the layout's order).
+  T const* slice_data(index_t k) const { return data_ + k * slice_size_; }
+  index_t slice_elements() const { return slice_size_; }
+  /// Gradient element at a full coordinate (0 when its slice is not stored).
+  T at(coord<rank> const& c) const {
+    index_t s = slot_[std::size_t(c[Axis])];
+    if (s < 0) return T(0);
+    index_t off = 0;
+    for (std::size_t k = 0; k < rank; ++k) off += (k == Axis ? s : c[k]) * strides_[k];
+    return data_[off];
+  }
+  /// The gradient as a dense tensor (allocates it).
+  tensor<T, Shape, Layout> to_dense() const {
+    tensor<T, Shape, Layout> d(shape_);
+    auto dv = d.view();
+    auto ext = shape_.extents();
+    for (index_t k = 0; k < size(); ++k) {
+      index_t id_ = ids_[std::size_t(k)];
+      coord<rank> c{};
+      index_t n = slice_size_;
+      for (index_t e = 0; e < n; ++e) {
+        c[Axis] = id_;
+        dv[c] = at(c);
+        for (std::size_t j = rank; j-- > 0;) {
+          if (j == Axis) continue;
+          if (++c[j] < ext[j]) break;
+          c[j] = 0;
+        }
+      }
+    }
+    return d;
+  }
+
+  // --- used by backward's pre-pass and kernels
+  /// Reserves the slot of slice `id` (zero-filled); serial. May grow the compact storage.
+  index_t reserve(index_t id) {
+    std::int32_t s = slot_[std::size_t(id)];
+    if (s >= 0) return s;
+    index_t k = index_t(ids_.size());
+    if (k == capacity_) grow();
+    std::memset(static_cast<void*>(data_ + k * slice_size_), 0, std::size_t(slice_size_) * sizeof(T));
+    slot_[std::size_t(id)] = std::int32_t(k);
+    ids_.push_back(std::int32_t(id));
+    return k;
+  }
+  void touch(index_t id) { reserve(id); }
+  T* data() { return data_; }
+  array<index_t, rank> const& strides() const { return strides_; }
+  index_t slot(index_t id) const { return slot_[std::size_t(id)]; }
+  std::int32_t const* slot_map() const { return slot_.data(); }
+
+  /// Forgets the stored slices (keeps the memory for the next backward).
+  void zero() {
+    for (std::int32_t i : ids_) slot_[std::size_t(i)] = -1;
+    ids_.clear();
+  }
+  /// Bytes held by the compact storage, slot map and id list.
+  std::size_t bytes() const {
+    return std::size_t(capacity_ * slice_size_) * sizeof(T) + slot_.capacity() * sizeof(std::int32_t) +
+           ids_.capacity() * sizeof(std::int32_t);
+  }
+
+ private:
+  void grow() {
+    index_t cap = capacity_ ? capacity_ * 2 : 16;
+    index_t limit = shape_.extent(Axis);
+    if (cap > limit) cap = limit;
+    T* p = static_cast<T*>(::operator new(std::size_t(cap * slice_size_) * sizeof(T),
+                                          std::align_val_t{buffer_alignment}));
+    if (data_) {
+      std::memcpy(static_cast<void*>(p), data_, std::size_t(capacity_ * slice_size_) * sizeof(T));
+      release();
+    }
+    data_ = p;
+    capacity_ = cap;
+    ids_.reserve(std::size_t(cap));
+  }
+  void release() {
+    if (data_) ::operator delete(data_, std::align_val_t{buffer_alignment});
+    data_ = nullptr;
+  }
+
+  Shape shape_;
+  std::vector<std::int32_t> slot_;
+  std::vector<std::int32_t> ids_;
+  T* data_ = nullptr;
+  index_t capacity_ = 0;
+  index_t slice_size_ = 1;
+  array<index_t, rank> strides_{};
+};
+
+template <class T, class Shape, class Layout, class Spec>
+using grad_storage_t =
+    std::conditional_t<Spec::sparse, sparse_grad_storage<T, Shape, Layout, Spec::axis>,
+                       dense_grad_storage<T, Shape, Layout, Spec::axis>>;
+
+}  // namespace gradix
