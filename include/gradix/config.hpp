@@ -10,6 +10,13 @@
 #define GRADIX_HOST_DEVICE
 #endif
 
+// nvcc's front end warns on loops over zero axes of rank-0 shapes ("pointless comparison of
+// unsigned integer with zero", "loop is not reachable"); generic code has many of them.
+#if defined(__CUDACC__) && defined(__NVCC_DIAG_PRAGMA_SUPPORT__)
+#pragma nv_diag_suppress 186
+#pragma nv_diag_suppress 128
+#endif
+
 // Device pass of nvcc: no host SIMD packs, no exceptions, no threads.
 #if defined(__CUDA_ARCH__)
 #define GRADIX_DEVICE_PASS 1

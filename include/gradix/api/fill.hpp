@@ -101,6 +101,29 @@ constexpr tensor<T, shape<dyn>> arange(index_t n) {
   return arange<T>(T(0), T(n), T(1));
 }
 
+/// A tensor whose element at coordinate c is f(c) (c: a gradix::coord of the shape's rank;
+/// called once per element, in parallel for large tensors, so f must be thread-safe).
+template <element T, class Layout = row_major, class S, class F>
+  requires is_shape_v<S>
+tensor<T, S, Layout> generate(S s, F f) {
+  tensor<T, S, Layout> t(s, detail::uninit);
+  constexpr std::size_t R = S::rank;
+  auto v = t.view();
+  if constexpr (R == 0) {
+    v[coord<0>{}] = T(f(coord<0>{}));
+  } else {
+    auto ext = s.extents();
+    constexpr std::size_t A = Layout::template unit_axis<R>;
+    host::parallel_ranges(t.size(), [&](index_t f0, index_t f1) {
+      host::for_each_run<R, A>(ext, f0, f1, [&](coord<R> c, index_t len) {
+        T* d = v.data() + v.offset(c);
+        for (index_t i = 0; i < len; ++i, ++c[A]) d[i * v.stride(A)] = T(f(c));
+      });
+    });
+  }
+  return t;
+}
+
 /// Standard normal values (times stddev, plus mean) from `seed`.
 template <element T, class Layout = row_major, class S>
   requires is_shape_v<S>

@@ -36,26 +36,20 @@ struct shape {
   }
 
   /// Extent of axis i (run-time i).
-  /// dyn_slot of each dynamic axis, 0 for static axes (always a valid slot).
-  static constexpr array<std::size_t, rank> slots = [] {
-    array<std::size_t, rank> r{};
-    for (std::size_t i = 0; i < rank; ++i) r[i] = static_extents[i] == dyn ? dyn_slot(i) : 0;
-    return r;
-  }();
+  /// Extent of axis i (run-time i). Written as a fold over compile-time axes: device code
+  /// cannot index a static constexpr array at run time.
   GRADIX_HOST_DEVICE constexpr index_t extent(std::size_t i) const {
-    if constexpr (num_dyn == 0) {
-      return static_extents[i];
-    } else {
-      return static_extents[i] == dyn ? dyn_[slots[i]] : static_extents[i];
-    }
+    return extent_impl(i, std::make_index_sequence<rank>{});
   }
   /// Extent of axis I; a constant expression when the extent is static.
   template <std::size_t I>
   GRADIX_HOST_DEVICE constexpr index_t extent() const {
-    if constexpr (static_extents[I] != dyn) {
-      return static_extents[I];
+    constexpr index_t e = static_extents[I];
+    if constexpr (e != dyn) {
+      return e;
     } else {
-      return dyn_[dyn_slot(I)];
+      constexpr std::size_t k = dyn_slot(I);
+      return dyn_[k];
     }
   }
   /// Number of elements.
@@ -72,10 +66,30 @@ struct shape {
   }
   /// Sets the extent of a dynamic axis (no effect on static axes).
   GRADIX_HOST_DEVICE constexpr void set_extent(std::size_t i, index_t n) {
-    if constexpr (num_dyn != 0) {
-      if (static_extents[i] == dyn) dyn_[slots[i]] = n;
+    set_impl(i, n, std::make_index_sequence<rank>{});
+  }
+
+ private:
+  template <std::size_t... K>
+  GRADIX_HOST_DEVICE constexpr index_t extent_impl(std::size_t i, std::index_sequence<K...>) const {
+    index_t r = 0;
+    ((K == i ? (void)(r = extent<K>()) : (void)0), ...);
+    return r;
+  }
+  template <std::size_t K>
+  GRADIX_HOST_DEVICE constexpr void set_one(index_t n) {
+    constexpr index_t e = static_extents[K];
+    if constexpr (e == dyn) {
+      constexpr std::size_t k = dyn_slot(K);
+      dyn_[k] = n;
     }
   }
+  template <std::size_t... K>
+  GRADIX_HOST_DEVICE constexpr void set_impl(std::size_t i, index_t n, std::index_sequence<K...>) {
+    ((K == i ? set_one<K>(n) : (void)0), ...);
+  }
+
+ public:
 
   /// Equal extents (static and dynamic alike).
   template <index_t... F>

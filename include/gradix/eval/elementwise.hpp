@@ -65,8 +65,9 @@ template <class S, std::size_t R>
 GRADIX_HOST_DEVICE constexpr coord<S::rank> operand_coord(coord<R> const& c) {
   constexpr std::size_t off = R - S::rank;
   coord<S::rank> a{};
-  for (std::size_t j = 0; j < S::rank; ++j)
-    a[j] = S::static_extents[j] == 1 ? 0 : c[j + off];
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    ((a[J] = extent_v<S, J> == 1 ? 0 : c[J + off]), ...);
+  }(std::make_index_sequence<S::rank>{});
   return a;
 }
 /// The operand axis the loop axis Axis reaches, or invariant_axis.

@@ -66,7 +66,8 @@ struct evaluator<permute_node<Arg, P...>> {
   GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : arg_(n.arg_) {}
   GRADIX_HOST_DEVICE constexpr coord<rank> map(coord<rank> const& c) const {
     coord<rank> a{};
-    for (std::size_t k = 0; k < rank; ++k) a[perm[k]] = c[k];
+    [&]<std::size_t... K>(std::index_sequence<K...>) { ((a[P] = c[K]), ...); }(
+        std::make_index_sequence<rank>{});
     return a;
   }
   GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const { return arg_(map(c)); }

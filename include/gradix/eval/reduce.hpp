@@ -179,6 +179,11 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
 
   /// The reduction at output coordinate c; blocks run through `exec(nblocks, f)`, which may
   /// run them in any order or in parallel (results are combined in block order).
+  // The host backend instantiates this with its thread-pool executor (host-only): nvcc must
+  // not warn about that instantiation calling a host function.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
   template <class Exec>
   GRADIX_HOST_DEVICE constexpr value_type compute(coord<rank> const& c, Exec const& exec) const {
     coord<in_rank> a = base(c);

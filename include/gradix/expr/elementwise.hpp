@@ -107,16 +107,16 @@ inline constexpr bool op_needs_floating_v = [] {
   else return false;
 }();
 
-/// True unless Op needs floating point and T is not (then the static_assert fires, once).
+/// ::value is true unless Op needs floating point and T is not (then the static_assert in
+/// needs_floating_point fires, once). A type, not a function: clang treats a constexpr
+/// function whose body failed a static_assert as non-constant, which cascades.
 template <class Op, class T>
-constexpr bool element_type_ok() {
-  if constexpr (op_needs_floating_v<Op>) return needs_floating_point<Op, T>::value;
-  else return true;
-}
+using element_type_check =
+    std::conditional_t<op_needs_floating_v<Op>, needs_floating_point<Op, T>, std::true_type>;
 
 template <class Op, class A>
 constexpr auto make_unary(A a) {
-  if constexpr (!element_type_ok<Op, value_type_t<A>>())
+  if constexpr (!element_type_check<Op, value_type_t<A>>::value)
     return a;  // the static_assert has fired: stop here
   else
     return unary_node<Op, A>{a};
@@ -127,7 +127,7 @@ constexpr auto make_binary_nodes(A a, B b) {
   if constexpr (!static_shapes_do_not_broadcast<Op, shape_of_t<A>, shape_of_t<B>>::value ||
                 !memory_spaces_differ<Op, A, B>::value) {
     return a;  // the static_assert above has fired: stop here without more errors
-  } else if constexpr (!element_type_ok<Op, promote_t<value_type_t<A>, value_type_t<B>>>()) {
+  } else if constexpr (!element_type_check<Op, promote_t<value_type_t<A>, value_type_t<B>>>::value) {
     return a;
   } else {
     return binary_node<Op, A, B>{a, b, broadcast_shapes<Op>(a, b)};
@@ -153,6 +153,15 @@ constexpr auto make_binary(L&& l, R&& r) {
 template <class L, class R>
 concept binary_operands = (operand<L> && (operand<R> || scalar<R>)) || (scalar<L> && operand<R>);
 
+/// Operators and binary functions are found for any pair where one side is a gradix operand
+/// (so they never capture foreign types), and then check the other side with a message.
+template <class L, class R>
+concept gradix_pair = operand<L> || operand<R>;
+/// Named elementwise functions take anything but C++ scalars (std:: keeps those), and then
+/// check their operand with a message.
+template <class X>
+concept non_scalar = !scalar<X>;
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------
@@ -171,56 +180,135 @@ constexpr auto binary(L&& l, R&& r) {
   return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r));
 }
 
-#define GRADIX_BINARY_OPERATOR(sym, Op)                                              \
-  template <class L, class R>                                                        \
-    requires detail::binary_operands<L, R>                                           \
-  constexpr auto operator sym(L&& l, R&& r) {                                        \
-    return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r));        \
-  }
-GRADIX_BINARY_OPERATOR(+, op::add)
-GRADIX_BINARY_OPERATOR(-, op::sub)
-GRADIX_BINARY_OPERATOR(*, op::mul)
-GRADIX_BINARY_OPERATOR(/, op::div)
-#undef GRADIX_BINARY_OPERATOR
+template <class L, class R>
+  requires detail::gradix_pair<L, R>
+constexpr auto operator+(L&& l, R&& r) {
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::operator+: an operand is not a gradix expression, tensor, parameter "
+                    "or arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::add>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};  // the static_assert has fired: stop here
+}
+template <class L, class R>
+  requires detail::gradix_pair<L, R>
+constexpr auto operator-(L&& l, R&& r) {
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::operator-: an operand is not a gradix expression, tensor, parameter "
+                    "or arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::sub>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};  // the static_assert has fired: stop here
+}
+template <class L, class R>
+  requires detail::gradix_pair<L, R>
+constexpr auto operator*(L&& l, R&& r) {
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::operator*: an operand is not a gradix expression, tensor, parameter "
+                    "or arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::mul>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};  // the static_assert has fired: stop here
+}
+template <class L, class R>
+  requires detail::gradix_pair<L, R>
+constexpr auto operator/(L&& l, R&& r) {
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::operator/: an operand is not a gradix expression, tensor, parameter "
+                    "or arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::div>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};  // the static_assert has fired: stop here
+}
 
 template <operand X>
 constexpr auto operator-(X&& x) {
   return unary<op::neg>(static_cast<X&&>(x));
 }
 
-#define GRADIX_UNARY_FUNCTION(fn, Op)                     \
-  template <operand X>                                    \
-  constexpr auto fn(X&& x) {                              \
-    return unary<Op>(static_cast<X&&>(x));                \
-  }
 /// Elementwise functions (floating point only, except relu, square and abs).
-GRADIX_UNARY_FUNCTION(exp, op::exp)
-GRADIX_UNARY_FUNCTION(log, op::log)
-GRADIX_UNARY_FUNCTION(tanh, op::tanh)
-GRADIX_UNARY_FUNCTION(sigmoid, op::sigmoid)
-GRADIX_UNARY_FUNCTION(relu, op::relu)
-GRADIX_UNARY_FUNCTION(sqrt, op::sqrt)
-GRADIX_UNARY_FUNCTION(square, op::square)
-GRADIX_UNARY_FUNCTION(abs, op::abs)
-#undef GRADIX_UNARY_FUNCTION
+template <detail::non_scalar X>
+constexpr auto exp(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::exp: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::exp>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto log(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::log: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::log>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto tanh(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::tanh: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::tanh>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto sigmoid(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::sigmoid: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::sigmoid>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto relu(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::relu: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::relu>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto sqrt(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::sqrt: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::sqrt>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto square(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::square: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::square>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto abs(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::abs: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::abs>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
 
 /// Elementwise a^b (floating point), with broadcasting and scalars on either side.
 template <class L, class R>
-  requires detail::binary_operands<L, R>
+  requires detail::gradix_pair<L, R>
 constexpr auto pow(L&& l, R&& r) {
-  return detail::make_binary<op::pow>(static_cast<L&&>(l), static_cast<R&&>(r));
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::pow: an operand is not a gradix expression, tensor, parameter or "
+                    "arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::pow>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};
 }
 /// Elementwise maximum (ties: the first operand; see op::max). One operand: see reduce.hpp.
 template <class L, class R>
-  requires detail::binary_operands<L, R>
+  requires detail::gradix_pair<L, R>
 constexpr auto max(L&& l, R&& r) {
-  return detail::make_binary<op::max>(static_cast<L&&>(l), static_cast<R&&>(r));
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::max: an operand is not a gradix expression, tensor, parameter or "
+                    "arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::max>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};
 }
 /// Elementwise minimum (ties: the first operand).
 template <class L, class R>
-  requires detail::binary_operands<L, R>
+  requires detail::gradix_pair<L, R>
 constexpr auto min(L&& l, R&& r) {
-  return detail::make_binary<op::min>(static_cast<L&&>(l), static_cast<R&&>(r));
+  constexpr bool ok = detail::binary_operands<L, R>;
+  static_assert(ok, "gradix::min: an operand is not a gradix expression, tensor, parameter or "
+                    "arithmetic scalar");
+  if constexpr (ok) return detail::make_binary<op::min>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};
 }
 /// Element type conversion: `cast<float>(int_index_tensor)`.
 template <element U, operand X>

@@ -35,8 +35,6 @@ inline constexpr all_t all{};
 /// A vector of indices (a lookup: several outputs may read the same position).
 template <class I>
 struct index_vec {
-  static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>,
-                "gradix::indices: index values must be integers");
   using index_type = I;
   static constexpr char const* name = "gather";
   I const* data_;
@@ -79,33 +77,62 @@ struct is_index_vec<index_vec<I>> : std::true_type {};
 template <class I>
 struct is_index_vec<unique_vec<I>> : std::true_type {};
 
+namespace detail {
+template <class I>
+inline constexpr bool integer_index_v = std::is_integral_v<I> && !std::is_same_v<I, bool>;
+/// The index type of indices(...) over I: I itself, or int after a failed check (so that a
+/// wrong element type gives one message, not a cascade).
+template <class I>
+using index_elem_t = std::conditional_t<integer_index_v<std::remove_const_t<I>>, std::remove_const_t<I>, int>;
+
+template <class I, class P>
+constexpr index_vec<index_elem_t<I>> make_index_vec(P const* p, index_t n, index_t stride) {
+  static_assert(integer_index_v<std::remove_const_t<I>>, "gradix::indices: index values must be integers");
+  if constexpr (integer_index_v<std::remove_const_t<I>>) return {p, n, stride};
+  else return {nullptr, 0, 1};
+}
+}  // namespace detail
+
+// The return types are spelled out so that checking whether something is an index argument
+// never instantiates a body (and its checks) early.
+
 /// Indices from a std::vector, a span, a rank-1 gradix tensor (lvalue) or view.
 template <class I>
-constexpr index_vec<I> indices(std::vector<I> const& v) {
-  return {v.data(), index_t(v.size()), 1};
+constexpr index_vec<detail::index_elem_t<I>> indices(std::vector<I> const& v) {
+  return detail::make_index_vec<I>(v.data(), index_t(v.size()), 1);
 }
 template <class I>
-void indices(std::vector<I>&&) = delete;  // the expression would view a destroyed vector
+constexpr index_vec<detail::index_elem_t<I>> indices(std::vector<I>&&) {
+  static_assert(sizeof(I) == 0,
+                "gradix::indices: a temporary std::vector cannot be used (the expression would "
+                "view it after it is destroyed); store the indices in a variable first");
+  return {nullptr, 0, 1};
+}
 template <class I>
-constexpr index_vec<std::remove_const_t<I>> indices(std::span<I> s) {
-  return {s.data(), index_t(s.size()), 1};
+constexpr index_vec<detail::index_elem_t<I>> indices(std::span<I> s) {
+  return detail::make_index_vec<I>(s.data(), index_t(s.size()), 1);
 }
 template <class I, class S, class L>
-constexpr index_vec<I> indices(tensor<I, S, L> const& t) {
+constexpr index_vec<detail::index_elem_t<I>> indices(tensor<I, S, L> const& t) {
   static_assert(S::rank == 1, "gradix::indices: an index tensor must have rank 1");
-  return {t.data(), t.size(), 1};
+  return detail::make_index_vec<I>(t.data(), t.size(), 1);
 }
 template <class I, class S, class L>
-void indices(tensor<I, S, L>&&) = delete;  // the expression would view a destroyed tensor
+constexpr index_vec<detail::index_elem_t<I>> indices(tensor<I, S, L>&&) {
+  static_assert(sizeof(I) == 0,
+                "gradix::indices: a temporary tensor cannot be used (the expression would view "
+                "it after it is destroyed); store the indices in a variable first");
+  return {nullptr, 0, 1};
+}
 template <class I, class S, class L>
-constexpr index_vec<std::remove_const_t<I>> indices(tensor_view<I, S, L, host_space> const& v) {
+constexpr index_vec<detail::index_elem_t<I>> indices(tensor_view<I, S, L, host_space> const& v) {
   static_assert(S::rank == 1, "gradix::indices: an index view must have rank 1");
-  return {v.data(), v.size(), v.stride(0)};
+  return detail::make_index_vec<I>(v.data(), v.size(), v.stride(0));
 }
 /// Marks indices as free of duplicates (checked when applied: gradix::error otherwise), so
 /// the backward scatter needs no synchronisation.
 template <class I>
-constexpr unique_vec<I> unique(index_vec<I> v) {
+constexpr unique_vec<I> unique(index_vec<I> const& v) {
   return {v};
 }
 /// The range start, start + step, ... up to stop (exclusive), like Python's range.

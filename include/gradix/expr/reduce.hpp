@@ -161,14 +161,28 @@ constexpr auto make_reduce(A a) {
 
 }  // namespace detail
 
-#define GRADIX_REDUCTION(fn, Op)                                                        \
-  template <int... Axes, operand X>                                                     \
-  constexpr auto fn(X&& x) {                                                            \
-    return detail::make_reduce<Op, false, Axes...>(detail::as_node(static_cast<X&&>(x))); \
-  }                                                                                     \
-  template <int... Axes, operand X>                                                     \
-  constexpr auto fn(X&& x, keep_dims_t) {                                               \
-    return detail::make_reduce<Op, true, Axes...>(detail::as_node(static_cast<X&&>(x)));  \
+#define GRADIX_REDUCTION(fn, Op)                                                          \
+  template <int... Axes, class X>                                                         \
+    requires(!scalar<X>)                                                                  \
+  constexpr auto fn(X&& x) {                                                              \
+    constexpr bool ok = operand<X>;                                                       \
+    static_assert(ok, "gradix::" #fn ": the operand is not a gradix expression, tensor "  \
+                      "or parameter");                                                    \
+    if constexpr (ok)                                                                     \
+      return detail::make_reduce<Op, false, Axes...>(detail::as_node(static_cast<X&&>(x))); \
+    else                                                                                  \
+      return scalar_node<float>{};                                                        \
+  }                                                                                       \
+  template <int... Axes, class X>                                                         \
+    requires(!scalar<X>)                                                                  \
+  constexpr auto fn(X&& x, keep_dims_t) {                                                 \
+    constexpr bool ok = operand<X>;                                                       \
+    static_assert(ok, "gradix::" #fn ": the operand is not a gradix expression, tensor "  \
+                      "or parameter");                                                    \
+    if constexpr (ok)                                                                     \
+      return detail::make_reduce<Op, true, Axes...>(detail::as_node(static_cast<X&&>(x)));  \
+    else                                                                                  \
+      return scalar_node<float>{};                                                        \
   }
 /// sum(x): all axes; sum<0, -1>(x): chosen axes; sum<1>(x, keep_dims): keep them as extent 1.
 GRADIX_REDUCTION(sum, op::sum_of)

@@ -1,0 +1,366 @@
+// The founding benchmark (docs/performance.md): an embedding table read through an index,
+// with the gradient wanted for the table.
+//
+//   Ea: 64 x 1,000,000   Eb: 64 x 65,535   i = 0..4999 (uint16)   n = 100 terms
+//   loss = sum over terms t of  sum( Eb(:, i) + Ea(:, j_t) )       j_t random per term
+//
+// The computation uses only gradix's public API: each term is one expression, its forward
+// pass one fused loop, its backward pass two fused scatter-add kernels over the gathered
+// block (never a zero-filled gradient the size of a table). `--check` compares with an
+// independent plain-loop reference at the end of this file.
+//
+// Usage: seed_embedding [--layout col|row] [--n N] [--reps R] [--threads T] [--na NA]
+//          [--nb NB] [--k K] [--d D] [--loss sum|square] [--idx-mod M] [--random-idx]
+//          [--batched] [--init hash|randn] [--check]
+#include <gradix/gradix.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gx = gradix;
+
+// ------------------------------------------------------------------ allocation counting
+// Every replaceable operator new is counted (gradix allocates through them).
+namespace counting {
+std::atomic<long> allocations{0}, bytes{0};
+}  // namespace counting
+static void* counted_alloc(std::size_t n, std::size_t align) {
+  counting::allocations.fetch_add(1, std::memory_order_relaxed);
+  counting::bytes.fetch_add(long(n), std::memory_order_relaxed);
+  void* p = nullptr;
+  if (align <= alignof(std::max_align_t)) p = std::malloc(n ? n : 1);
+  else if (posix_memalign(&p, align, n ? n : 1) != 0) p = nullptr;
+  return p;
+}
+void* operator new(std::size_t n) {
+  if (void* p = counted_alloc(n, 0)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (void* p = counted_alloc(n, std::size_t(a))) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void* operator new(std::size_t n, std::nothrow_t const&) noexcept { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n, std::nothrow_t const&) noexcept { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
+  return counted_alloc(n, std::size_t(a));
+}
+// g++ 12 warns that free() does not match operator new, inside these replacements themselves.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+// ------------------------------------------------------------------ options
+struct options {
+  bool row = false, square = false, batched = false, check = false, random_idx = false;
+  bool hash = true;
+  long n = 100, reps = 5, threads = 1, na = 1'000'000, nb = 65'535, k = 5000, d = 64, idx_mod = 0;
+};
+
+static options parse(int argc, char** argv) {
+  options o;
+  for (int a = 1; a < argc; ++a) {
+    std::string s = argv[a];
+    auto next = [&]() -> std::string {
+      if (a + 1 >= argc) {
+        std::fprintf(stderr, "seed_embedding: %s needs a value\n", s.c_str());
+        std::exit(2);
+      }
+      return argv[++a];
+    };
+    auto num = [&]() { return std::stol(next()); };
+    if (s == "--layout") o.row = next() == "row";
+    else if (s == "--n") o.n = num();
+    else if (s == "--reps") o.reps = num();
+    else if (s == "--threads") o.threads = num();
+    else if (s == "--na") o.na = num();
+    else if (s == "--nb") o.nb = num();
+    else if (s == "--k") o.k = num();
+    else if (s == "--d") o.d = num();
+    else if (s == "--loss") o.square = next() == "square";
+    else if (s == "--idx-mod") o.idx_mod = num();
+    else if (s == "--random-idx") o.random_idx = true;
+    else if (s == "--batched") o.batched = true;
+    else if (s == "--init") o.hash = next() == "hash";
+    else if (s == "--check") o.check = true;
+    else {
+      std::fprintf(stderr, "seed_embedding: unknown option %s (see the comment at the top of "
+                           "examples/seed_embedding.cpp)\n", s.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+static double rss_mib(char const* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field))) / 1024.0;
+  return -1;
+}
+
+// The term columns j_t: the 64-bit LCG shared with the PyTorch peer (lcg_rows).
+static std::vector<std::uint32_t> term_columns(long n, long na) {
+  std::vector<std::uint32_t> js;
+  std::uint64_t s = 12345;
+  for (long t = 0; t < n; ++t) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    js.push_back(std::uint32_t((s >> 33) % std::uint64_t(na)));
+  }
+  return js;
+}
+
+// E_t[r, c] = u32((r*D + c + t*0x9E3779B9) * 2654435761) / 2^32 - 0.5, r the table entry,
+// c the position in the embedding (the PyTorch peer's formula).
+static float hash_value(std::uint64_t r, std::uint64_t c, std::uint64_t d, std::uint32_t t) {
+  std::uint32_t x = std::uint32_t(r * d + c) + std::uint32_t(t * 0x9E3779B9u);
+  x *= 2654435761u;
+  return float(double(x) / 4294967296.0 - 0.5);
+}
+
+template <class Clock = std::chrono::steady_clock>
+static double seconds_since(typename Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// ------------------------------------------------------------------ --check
+// An independent reference with plain loops over the tables (not gradix's machinery):
+// the loss in double, and each stored gradient column compared with its exact value.
+template <class Unused>
+struct reference_check {
+  template <class P>
+  static int run(options const& o, P const& Ea, P const& Eb, std::vector<std::uint16_t> const& i,
+                 std::vector<std::uint32_t> const& js, double loss, bool col) {
+    long d = o.d;
+    auto at = [&](P const& E, long entry, long c) -> double {
+      return col ? E.value()(c, entry) : E.value()(entry, c);
+    };
+    // loss reference and the sum of |terms|
+    double ref = 0, scale = 0;
+    std::vector<double> ga_expected, gb_expected;  // per (term column / index entry, c)
+    for (std::uint32_t j : js)
+      for (std::uint16_t r : i)
+        for (long c = 0; c < d; ++c) {
+          double x = at(Eb, r, c) + at(Ea, j, c);
+          double term = o.square ? x * x : x;
+          ref += term;
+          scale += std::abs(term);
+        }
+    bool ok = std::abs(loss - ref) <= 1e-6 * std::max(1.0, scale);
+    std::printf("check: loss %.9g, reference %.9g, |diff| / sum|terms| = %.3g\n", loss, ref,
+                std::abs(loss - ref) / std::max(1.0, scale));
+    // gradients: d loss / d Eb(c, r) = sum over terms and positions p with i[p] == r of
+    // (1 or 2x); the same for Ea over terms with j_t == j. Build the expected columns sparsely.
+    auto compare = [&](P const& E, char const* name, auto const& expected_cols) {
+      double worst = 0;
+      long missing = 0;
+      for (auto const& [entry, col_values] : expected_cols) {
+        gx::index_t slot = E.grad().find(entry);
+        if (slot < 0) {
+          ++missing;
+          continue;
+        }
+        float const* g = E.grad().slice_data(slot);
+        for (long c = 0; c < d; ++c) worst = std::max(worst, std::abs(double(g[c]) - col_values[std::size_t(c)]) /
+                                                             std::max(1.0, std::abs(col_values[std::size_t(c)])));
+      }
+      bool this_ok = missing == 0 && long(E.grad().size()) == long(expected_cols.size()) && worst < 1e-4;
+      std::printf("check: grad %s: %ld stored columns (expected %zu), %ld missing, worst rel err %.3g: %s\n",
+                  name, long(E.grad().size()), expected_cols.size(), missing, worst, this_ok ? "ok" : "MISMATCH");
+      return this_ok;
+    };
+    using cols = std::vector<std::pair<long, std::vector<double>>>;
+    auto build = [&](bool for_a) {
+      std::vector<long> pos(std::size_t(for_a ? o.na : o.nb), -1);
+      cols out;
+      for (std::uint32_t j : js)
+        for (std::uint16_t r : i) {
+          long entry = for_a ? long(j) : long(r);
+          if (pos[std::size_t(entry)] < 0) {
+            pos[std::size_t(entry)] = long(out.size());
+            out.push_back({entry, std::vector<double>(std::size_t(d), 0.0)});
+          }
+          auto& v = out[std::size_t(pos[std::size_t(entry)])].second;
+          for (long c = 0; c < d; ++c)
+            v[std::size_t(c)] += o.square ? 2 * (at(Eb, r, c) + at(Ea, j, c)) : 1.0;
+        }
+      return out;
+    };
+    ok = compare(Eb, "Eb", build(false)) && ok;
+    ok = compare(Ea, "Ea", build(true)) && ok;
+    std::printf("check: %s\n", ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+  }
+};
+
+// ------------------------------------------------------------------ the benchmark
+// Layout: gx::col_major (tables d x N, column gathers) or gx::row_major (N x d, row gathers).
+// Dim: gx::fix_t<64> keeps the embedding extent static; a plain index_t makes it dynamic.
+template <class Layout, class Dim>
+int run(options const& o) {
+  constexpr bool col = std::is_same_v<Layout, gx::col_major>;
+  constexpr std::size_t Axis = col ? 1 : 0;  // the table-entry axis
+  if constexpr (!std::is_integral_v<Dim>) {
+    if (o.d != Dim::value) return std::fprintf(stderr, "internal: static d mismatch\n"), 1;
+  }
+  auto d_ext = [&] {
+    if constexpr (std::is_integral_v<Dim>) return Dim(o.d);
+    else return Dim{};
+  }();
+  auto make_shape = [&](long entries) {
+    if constexpr (col) return gx::dims(d_ext, entries);
+    else return gx::dims(entries, d_ext);
+  };
+
+  // Tables: hash init (the PyTorch peer's formula) or gradix's seeded randn.
+  auto init = [&](long entries, std::uint32_t t) {
+    if (o.hash)
+      return gx::generate<float, Layout>(make_shape(entries), [&](auto const& c) {
+        return hash_value(std::uint64_t(c[Axis]), std::uint64_t(c[1 - Axis]), std::uint64_t(o.d), t);
+      });
+    return gx::randn<float, Layout>(make_shape(entries), 7 + t);
+  };
+  auto Ea = gx::param(init(o.na, 0), gx::sparse_grad<Axis>);
+  auto Eb = gx::param(init(o.nb, 1), gx::sparse_grad<Axis>);
+
+  std::vector<std::uint16_t> i(std::size_t(o.k));
+  std::mt19937_64 rng(2024);
+  for (long r = 0; r < o.k; ++r)
+    i[std::size_t(r)] = std::uint16_t(o.random_idx ? long(rng() % std::uint64_t(o.nb))
+                                                   : (o.idx_mod ? r % o.idx_mod : r));
+  std::vector<std::uint32_t> js = term_columns(o.n, o.na);
+  double rss_init = rss_mib("VmRSS:");
+
+  // One term: sum(Eb(:, i) + Ea(:, j)) (or of its square), Ea(:, j) broadcast against the block.
+  auto term = [&](std::uint32_t j) {
+    if constexpr (col) return Eb(gx::all, gx::indices(i)) + Ea(gx::all, gx::at(j));
+    else return Eb(gx::indices(i), gx::all) + Ea(gx::at(j), gx::all);
+  };
+  // All terms at once: Ea gathered at every term column, broadcast along a third axis.
+  auto batched_block = [&] {
+    if constexpr (col)
+      return gx::unsqueeze<2>(Eb(gx::all, gx::indices(i))) +
+             gx::unsqueeze<1>(Ea(gx::all, gx::indices(js)));
+    else
+      return gx::unsqueeze<0>(Eb(gx::indices(i), gx::all)) +
+             gx::unsqueeze<1>(Ea(gx::indices(js), gx::all));
+  };
+
+  std::vector<double> fwd, bwd, step;
+  long last_back_allocs = 0;
+  double loss = 0;
+  for (long rep = 0; rep < o.reps; ++rep) {
+    // forward: n calls of value
+    long a0 = counting::allocations, b0 = counting::bytes;
+    auto t0 = std::chrono::steady_clock::now();
+    double l = 0;
+    if (o.batched) {
+      l = o.square ? gx::value(gx::sum(gx::square(batched_block()))) : gx::value(gx::sum(batched_block()));
+    } else {
+      for (std::uint32_t j : js)
+        l += o.square ? gx::value(gx::sum(gx::square(term(j)))) : gx::value(gx::sum(term(j)));
+    }
+    double tf = seconds_since(t0);
+    long fa = counting::allocations - a0, fb = counting::bytes - b0;
+    loss = l;
+
+    // backward: zero_grad plus n gradient-only backward calls
+    a0 = counting::allocations, b0 = counting::bytes;
+    t0 = std::chrono::steady_clock::now();
+    gx::zero_grad(Ea, Eb);
+    if (o.batched) {
+      if (o.square) gx::backward_only(gx::sum(gx::square(batched_block())));
+      else gx::backward_only(gx::sum(batched_block()));
+    } else {
+      for (std::uint32_t j : js) {
+        if (o.square) gx::backward_only(gx::sum(gx::square(term(j))));
+        else gx::backward_only(gx::sum(term(j)));
+      }
+    }
+    double tb = seconds_since(t0);
+    long ba = counting::allocations - a0, bb = counting::bytes - b0;
+    last_back_allocs = ba;
+
+    // step: zero_grad plus n value-returning backward calls
+    t0 = std::chrono::steady_clock::now();
+    gx::zero_grad(Ea, Eb);
+    double ls = 0;
+    if (o.batched) {
+      ls = o.square ? gx::backward(gx::sum(gx::square(batched_block()))) : gx::backward(gx::sum(batched_block()));
+    } else {
+      for (std::uint32_t j : js)
+        ls += o.square ? gx::backward(gx::sum(gx::square(term(j)))) : gx::backward(gx::sum(term(j)));
+    }
+    double ts = seconds_since(t0);
+    (void)ls;
+    std::printf("rep %ld: loss %.6f s (%ld allocations, %ld bytes)  back %.6f s (%ld allocations, "
+                "%ld bytes)  step %.6f s  loss = %.9g\n",
+                rep + 1, tf, fa, fb, tb, ba, bb, ts, l);
+    fwd.push_back(tf);
+    bwd.push_back(tb);
+    step.push_back(ts);
+  }
+
+  int status = 0;
+  if (o.check) status = reference_check<int>::run(o, Ea, Eb, i, js, loss, col);
+
+  std::printf("{\"layout\": \"%s\", \"loss_kind\": \"%s\", \"batched\": %s, \"n\": %ld, \"k\": %ld, "
+              "\"d\": %ld, \"na\": %ld, \"nb\": %ld, \"threads\": %ld, \"reps\": %ld, "
+              "\"forward_s\": %.6g, \"backward_s\": %.6g, \"step_s\": %.6g, "
+              "\"peak_rss_mib\": %.1f, \"rss_after_init_mib\": %.1f, \"loss\": %.9g, "
+              "\"backward_allocations\": %ld, \"grad_slots_Ea\": %ld, \"grad_slots_Eb\": %ld%s}\n",
+              col ? "col" : "row", o.square ? "square" : "sum", o.batched ? "true" : "false", o.n,
+              o.k, o.d, o.na, o.nb, o.threads, o.reps, median(fwd), median(bwd), median(step),
+              rss_mib("VmHWM:"), rss_init, loss, last_back_allocs, long(Ea.grad().size()),
+              long(Eb.grad().size()), o.check ? (status ? ", \"check\": \"FAILED\"" : ", \"check\": \"ok\"") : "");
+  return status;
+}
+
+int main(int argc, char** argv) {
+  options o = parse(argc, argv);
+  gx::set_num_threads(int(o.threads));
+  std::printf("seed_embedding: %s-major tables, Ea %ld x %ld, Eb %ld x %ld, k = %ld, n = %ld, "
+              "loss %s%s, %ld thread(s)\n",
+              o.row ? "row" : "column", o.row ? o.na : o.d, o.row ? o.d : o.na, o.row ? o.nb : o.d,
+              o.row ? o.d : o.nb, o.k, o.n, o.square ? "square" : "sum", o.batched ? ", batched" : "",
+              o.threads);
+  try {
+    if (o.d == 64) {
+      return o.row ? run<gx::row_major, gx::fix_t<64>>(o) : run<gx::col_major, gx::fix_t<64>>(o);
+    }
+    return o.row ? run<gx::row_major, gx::index_t>(o) : run<gx::col_major, gx::index_t>(o);
+  } catch (gx::error const& e) {
+    std::fprintf(stderr, "seed_embedding: %s\n", e.what());
+    return 1;
+  }
+}

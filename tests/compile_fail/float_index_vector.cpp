@@ -1,0 +1,20 @@
+// compile_fail: gather with a std::vector of floating-point indices.
+// Without GRADIX_SHOULD_FAIL: a std::vector<int>.
+#include <gradix/gradix.hpp>
+
+#include <vector>
+
+namespace gx = gradix;
+
+int main() {
+  auto m = gx::iota<float>(gx::shape<3, 4>{});
+  std::vector<int> idx{2, 0};
+  auto r = gx::eval(gx::gather<0>(m, idx));
+#ifdef GRADIX_SHOULD_FAIL
+  std::vector<float> fidx{2, 0};
+  // expect: gradix::indices: index values must be integers
+  auto bad = gx::eval(gx::gather<0>(m, fidx));
+  (void)bad;
+#endif
+  return r(0, 1) == 9 && r(1, 1) == 1 ? 0 : 1;
+}

@@ -1,0 +1,16 @@
+// compile_fail: a temporary owning tensor inside an expression (the expression would keep a
+// view of a destroyed tensor). Without GRADIX_SHOULD_FAIL: the tensor is stored first.
+#include <gradix/gradix.hpp>
+
+namespace gx = gradix;
+
+int main() {
+  auto z = gx::zeros<float>(gx::dims(3));
+  auto r = gx::eval(gx::exp(z));
+#ifdef GRADIX_SHOULD_FAIL
+  // expect: gradix: a temporary tensor cannot be used in an expression
+  auto bad = gx::exp(gx::zeros<float>(gx::dims(3)));
+  (void)bad;
+#endif
+  return r(2) == 1 ? 0 : 1;
+}
