@@ -36,6 +36,7 @@
 #endif
 
 #define GRADIX_STRINGIFY(x) #x
+
 /// GRADIX_UNROLL(n): unroll the next loop n times (a hint; nothing under nvcc, whose front
 /// end warns on GCC pragmas, and whose device code has its own unrolling).
 #if defined(__CUDACC__)

@@ -149,7 +149,7 @@ template <std::size_t Axis, class Idx, std::size_t RA, class... Ax>
 constexpr auto compose_index(tuple<Ax...> const& m, Idx const& idx) {
   constexpr bool drop = std::is_same_v<Idx, index_select>;
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       if constexpr (K == Axis) {
         if constexpr (drop || std::is_same_v<Idx, index_at>) {
           return ax_const{idx.pos_};
@@ -195,7 +195,7 @@ template <class SA, class... Ax>
 constexpr auto compose_broadcast(tuple<Ax...> const& m) {
   constexpr std::size_t off = sizeof...(Ax) - SA::rank;
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       if constexpr (SA::static_extents[K] == 1) return ax_const{0};
       else return get<K + off>(m);
     };
@@ -223,7 +223,7 @@ constexpr auto compose_reduce(tuple<Ax...> const& m) {
     return r;
   }();
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       if constexpr (src[K] >= 1000) return ax_dom<src[K] - 1000>{};
       else return get<src[K]>(m);
     };
@@ -258,7 +258,7 @@ constexpr auto compose_argmax(Node const& node, tuple<Ax...> const& m) {
     return r;
   }();
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       if constexpr (src[K] == 1000) return ax_argmax<Node, tuple<Ax...>, K>{0, 1, node, m};
       else return get<src[K]>(m);
     };

@@ -61,7 +61,12 @@ void backward(E const& e_in, S const& seed_in) {
   if (!(seed.shape() == e.shape()))
     detail::fail("gradix::backward: seed shape ", to_string(seed.shape()),
                  " differs from expression shape ", to_string(e.shape()));
-  detail::run_plan(ad::plan(e, seed));
+  using ES = shape_of_t<decltype(e)>;
+  if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
+    detail::run_plan(ad::plan(e, seed));
+  } else {  // same extents (checked above), another shape type: view it with e's
+    detail::run_plan(ad::plan(e, broadcast_node<decltype(seed), ES>{seed, e.shape()}));
+  }
 }
 
 /// Gradients of the rank-0 expression e with respect to the given parameters, returned as

@@ -41,4 +41,15 @@ struct array<T, 0> {
 template <std::size_t R>
 using coord = array<index_t, R>;
 
+namespace detail {
+/// coord<R> from R integers (R may be 0).
+template <std::size_t R, class... I>
+GRADIX_HOST_DEVICE constexpr coord<R> to_coord(I... i) {
+  coord<R> c{};
+  [[maybe_unused]] std::size_t k = 0;
+  ((c[k++] = index_t(i)), ...);
+  return c;
+}
+}  // namespace detail
+
 }  // namespace gradix

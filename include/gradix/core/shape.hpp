@@ -14,10 +14,23 @@
 
 namespace gradix {
 
+namespace detail {
+// The dynamic extents live in a base class: empty (by the empty-base optimisation) for
+// static shapes. ([[no_unique_address]] on a member crashes clang 16's code generation.)
+template <std::size_t N>
+struct dyn_extents {
+  array<index_t, N> dyn_{};
+};
+template <>
+struct dyn_extents<0> {};
+template <index_t... E>
+inline constexpr std::size_t count_dyn_v = (std::size_t{0} + ... + std::size_t{E == dyn});
+}  // namespace detail
+
 /// The shape of a tensor or expression. Each template argument is a static extent (>= 0)
 /// or `dyn`; only the dynamic extents are stored.
 template <index_t... E>
-struct shape {
+struct shape : detail::dyn_extents<detail::count_dyn_v<E...>> {
   static_assert(((E >= 0 || E == dyn) && ...),
                 "gradix::shape: an extent must be non-negative or gradix::dyn");
   static constexpr std::size_t rank = sizeof...(E);
@@ -26,7 +39,6 @@ struct shape {
   /// The static extents, with `dyn` where the extent is dynamic.
   static constexpr array<index_t, rank> static_extents{E...};
 
-  [[no_unique_address]] array<index_t, num_dyn> dyn_{};
 
   /// Position of axis i's extent among the dynamic extents (meaningless for static axes).
   GRADIX_HOST_DEVICE static constexpr std::size_t dyn_slot(std::size_t i) {
@@ -49,7 +61,7 @@ struct shape {
       return e;
     } else {
       constexpr std::size_t k = dyn_slot(I);
-      return dyn_[k];
+      return this->dyn_[k];
     }
   }
   /// Number of elements.
@@ -71,21 +83,23 @@ struct shape {
 
  private:
   template <std::size_t... K>
-  GRADIX_HOST_DEVICE constexpr index_t extent_impl(std::size_t i, std::index_sequence<K...>) const {
+  GRADIX_HOST_DEVICE constexpr index_t extent_impl([[maybe_unused]] std::size_t i,
+                                                   std::index_sequence<K...>) const {
     index_t r = 0;
     ((K == i ? (void)(r = extent<K>()) : (void)0), ...);
     return r;
   }
   template <std::size_t K>
-  GRADIX_HOST_DEVICE constexpr void set_one(index_t n) {
+  GRADIX_HOST_DEVICE constexpr void set_one([[maybe_unused]] index_t n) {
     constexpr index_t e = static_extents[K];
     if constexpr (e == dyn) {
       constexpr std::size_t k = dyn_slot(K);
-      dyn_[k] = n;
+      this->dyn_[k] = n;
     }
   }
   template <std::size_t... K>
-  GRADIX_HOST_DEVICE constexpr void set_impl(std::size_t i, index_t n, std::index_sequence<K...>) {
+  GRADIX_HOST_DEVICE constexpr void set_impl([[maybe_unused]] std::size_t i,
+                                             [[maybe_unused]] index_t n, std::index_sequence<K...>) {
     ((K == i ? set_one<K>(n) : (void)0), ...);
   }
 

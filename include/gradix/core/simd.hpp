@@ -65,6 +65,19 @@ template <class T>
 concept vector_ext = false;
 #endif
 
+/// The constant c as a V: a scalar, or a pack with c in every lane.
+template <class V>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr V constant(double c) {
+  if constexpr (vector_ext<V>) {
+    V r{};
+    constexpr int W = int(sizeof(V) / sizeof(r[0]));
+    for (int w = 0; w < W; ++w) r[w] = c;
+    return r;
+  } else {
+    return V(c);
+  }
+}
+
 /// Applies a scalar function to every lane of a pack (or to a scalar).
 template <class F, class V>
 GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr V lanewise(F f, V x) {

@@ -64,7 +64,20 @@ class heap_storage {
     for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
   }
   heap_storage(heap_storage&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  heap_storage& operator=(heap_storage o) noexcept {
+  /// Same size: copies into the existing buffer (views of it stay valid, nothing is
+  /// allocated); otherwise a new buffer.
+  heap_storage& operator=(heap_storage const& o) {
+    if (this == &o) return *this;
+    if (n_ == o.n_) {
+      for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
+    } else {
+      heap_storage t(o);
+      std::swap(p_, t.p_);
+      std::swap(n_, t.n_);
+    }
+    return *this;
+  }
+  heap_storage& operator=(heap_storage&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
     return *this;
@@ -144,7 +157,9 @@ class tensor {
 
   constexpr tensor(tensor const&) = default;
   constexpr tensor(tensor&&) noexcept = default;
-  /// Copies the elements (and the extents).
+  /// Copies the elements (and the extents). With equal sizes the elements are copied into
+  /// the existing buffer, so views of this tensor (and expressions over a parameter's value)
+  /// stay valid. A move assignment takes the other buffer instead.
   constexpr tensor& operator=(tensor const&) = default;
   constexpr tensor& operator=(tensor&&) noexcept = default;
 
@@ -171,12 +186,12 @@ class tensor {
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
   constexpr T& operator()(I... i) {
-    return (*this)[coord<rank>{{index_t(i)...}}];
+    return (*this)[detail::to_coord<rank>(i...)];
   }
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
   constexpr T const& operator()(I... i) const {
-    return (*this)[coord<rank>{{index_t(i)...}}];
+    return (*this)[detail::to_coord<rank>(i...)];
   }
   /// An index expression over a view of this tensor when some argument is not an integer:
   /// `t(all, indices(i))` (see expr/index.hpp). Refused on a temporary tensor.

@@ -77,7 +77,7 @@ struct tensor_view {
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
   GRADIX_HOST_DEVICE constexpr T& operator()(I... i) const {
-    return (*this)[coord<rank>{{index_t(i)...}}];
+    return (*this)[detail::to_coord<rank>(i...)];
   }
   /// An index expression when some argument is not an integer: `v(all, indices(i))`,
   /// `v(2, range(0, 8, 2))` (see expr/index.hpp; integers then select and drop their axis).
@@ -90,7 +90,7 @@ struct tensor_view {
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
   constexpr T& at(I... i) const {
-    coord<rank> c{{index_t(i)...}};
+    coord<rank> c = detail::to_coord<rank>(i...);
     for (std::size_t k = 0; k < rank; ++k)
       if (c[k] < 0 || c[k] >= extent(k))
         detail::fail("gradix::tensor_view::at: index ", c[k], " is out of range for axis ", k,

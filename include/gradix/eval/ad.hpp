@@ -117,6 +117,12 @@ struct lanewise_pack {
 #endif
 };
 
+template <class Op>
+inline constexpr bool pack_derivative_v = [] {
+  if constexpr (requires { Op::pack_derivative; }) return bool(Op::pack_derivative);
+  else return false;
+}();
+
 template <class Op, class T, class A>
 struct unary_deriv_inner : lanewise_pack<unary_deriv_inner<Op, T, A>, T> {
   using value_type = T;
@@ -125,6 +131,17 @@ struct unary_deriv_inner : lanewise_pack<unary_deriv_inner<Op, T, A>, T> {
     T x = a_.elem(i);
     return Op::d_arg(x, Op::value(x));
   }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    if constexpr (pack_derivative_v<Op>) {
+      auto x = pack_as<T, W>(a_, i);
+      return Op::d_arg(x, Op::value(x));
+    } else {
+      return lanewise_pack<unary_deriv_inner, T>::template pack<W>(i);
+    }
+  }
+#endif
 };
 
 template <class Op, class Arg>

@@ -20,9 +20,8 @@ struct unary_inner {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    using AT = typename A::value_type;
-    if constexpr (std::is_same_v<T, AT>) return Op::value(a_.template pack<W>(i));
-    else return convert<T, W>(a_.template pack<W>(i));  // a conversion (op::cast)
+    if constexpr (requires { typename Op::result_type; }) return pack_as<T, W>(a_, i);  // op::cast
+    else return Op::value(a_.template pack<W>(i));
   }
 #endif
 };
@@ -38,7 +37,7 @@ struct binary_inner {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    return Op::value(convert<T, W>(a_.template pack<W>(i)), convert<T, W>(b_.template pack<W>(i)));
+    return Op::value(pack_as<T, W>(a_, i), pack_as<T, W>(b_, i));
   }
 #endif
 };

@@ -41,7 +41,7 @@ struct strided_inner {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    simd::pack<T, W> r;
+    simd::pack<T, W> r{};
     for (int w = 0; w < W; ++w) r[w] = p_[(i + w) * stride_];
     return r;
   }
@@ -76,7 +76,7 @@ struct generic_inner {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
-    simd::pack<value_type, W> r;
+    simd::pack<value_type, W> r{};
     for (int w = 0; w < W; ++w) r[w] = elem(i + w);
     return r;
   }
@@ -89,6 +89,22 @@ template <class To, int W, class V>
 GRADIX_ALWAYS_INLINE simd::pack<To, W> convert(V const& v) {
   if constexpr (std::is_same_v<V, simd::pack<To, W>>) return v;
   else return __builtin_convertvector(v, simd::pack<To, W>);
+}
+/// W values of an inner evaluator from i on, as a pack of To. An operand of another element
+/// size is read lane by lane: a pack of it would be wider than a register, which g++ flags
+/// (-Wpsabi) and which buys nothing.
+template <class To, int W, class Inner>
+GRADIX_ALWAYS_INLINE simd::pack<To, W> pack_as(Inner const& in, index_t i) {
+  using From = typename Inner::value_type;
+  if constexpr (std::is_same_v<From, To>) {
+    return in.template pack<W>(i);
+  } else if constexpr (sizeof(From) == sizeof(To)) {
+    return convert<To, W>(in.template pack<W>(i));
+  } else {
+    simd::pack<To, W> r{};
+    for (int w = 0; w < W; ++w) r[w] = To(in.elem(i + w));
+    return r;
+  }
 }
 #endif
 

@@ -17,6 +17,15 @@ template <std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_const const& a, coord<RD> const&) {
   return a.off_;
 }
+// Declarations first: a lookup's inner expression may be any kind.
+template <class In, class Idx, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_lookup<In, Idx> const& a, coord<RD> const& d);
+template <class M, std::size_t K, std::size_t RO, std::size_t RI, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const& a,
+                                              coord<RD> const& d);
+template <class Node, class M, std::size_t K, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a, coord<RD> const& d);
+
 template <class In, class Idx, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_lookup<In, Idx> const& a, coord<RD> const& d) {
   return a.off_ + a.scale_ * a.idx_(ax_value(a.inner_, d));

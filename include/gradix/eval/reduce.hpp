@@ -83,7 +83,7 @@ GRADIX_UNROLL(16)
     for (; j + L <= n; j += L) {
 GRADIX_UNROLL(16)
       for (int q = 0; q < NP; ++q)
-        acc[q] = Op::combine(acc[q], convert<T, W>(in.template pack<W>(j + q * W)));
+        acc[q] = Op::combine(acc[q], pack_as<T, W>(in, j + q * W));
     }
 GRADIX_UNROLL(16)
     for (int q = 0; q < NP; ++q) simd::store<T, W>(v_ + q * W, acc[q]);
@@ -161,6 +161,9 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
       a[j] = row % ext_[j];
       row /= ext_[j];
     }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if (!std::is_constant_evaluated()) return block_packs(a, f, f1, off);
+#endif
     lanes<Op, acc_type> acc;
     while (f < f1) {
       index_t len = n_in - off < f1 - f ? n_in - off : f1 - f;
@@ -176,6 +179,78 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     }
     return acc.result();
   }
+
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  /// The same block with the lanes in SIMD registers across the block's runs (a partial
+  /// pack is padded with Op's neutral element, so the bits equal the scalar path's).
+  GRADIX_ALWAYS_INLINE value_type block_packs(coord<in_rank> a, index_t f, index_t f1,
+                                              index_t off) const {
+    using T = acc_type;
+    constexpr std::size_t IA = inner_axis;
+    constexpr int L = lanes_v<T>;
+    constexpr int W = simd::width<T> < L ? simd::width<T> : L;
+    constexpr int NP = L / W;
+    using P = simd::pack<T, W>;
+    constexpr index_t static_in = extent_v<SA, IA>;
+    index_t const n_in = static_in != dyn ? static_in : ext_[IA];
+    P acc[NP];
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NP; ++q) acc[q] = simd::splat<T, W>(Op::template identity<T>());
+    while (f < f1) {
+      index_t len = n_in - off < f1 - f ? n_in - off : f1 - f;
+      a[IA] = off;
+      auto in = arg_.template outer<int(IA)>(a);
+      if constexpr (static_in != dyn && static_in % L == 0) {
+        if (len == static_in) {  // a whole run of a static extent: a constant trip count
+          GRADIX_UNROLL(8)
+          for (index_t jj = 0; jj < static_in; jj += L) {
+            GRADIX_UNROLL(16)
+            for (int q = 0; q < NP; ++q)
+              acc[q] = Op::combine(acc[q], pack_as<T, W>(in, jj + q * W));
+          }
+          f += len;
+          off = 0;
+          for (std::size_t jj = in_rank; jj-- > 0;) {
+            if (!reduced(jj) || jj == IA) continue;
+            if (++a[jj] < ext_[jj]) break;
+            a[jj] = 0;
+          }
+          continue;
+        }
+      }
+      index_t j = 0;
+      for (; j + L <= len; j += L) {
+        GRADIX_UNROLL(16)
+        for (int q = 0; q < NP; ++q)
+          acc[q] = Op::combine(acc[q], pack_as<T, W>(in, j + q * W));
+      }
+      index_t rem = len - j;
+      if (rem > 0) {
+        GRADIX_UNROLL(16)
+        for (int q = 0; q < NP; ++q) {
+          index_t lo = q * W;
+          if (lo < rem) {
+            P t = simd::splat<T, W>(Op::template pad<T>());
+            index_t m = rem - lo < W ? rem - lo : W;
+            for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
+            acc[q] = Op::combine(acc[q], t);
+          }
+        }
+      }
+      f += len;
+      off = 0;
+      for (std::size_t jj = in_rank; jj-- > 0;) {  // next row
+        if (!reduced(jj) || jj == IA) continue;
+        if (++a[jj] < ext_[jj]) break;
+        a[jj] = 0;
+      }
+    }
+    lanes<Op, T> l;
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NP; ++q) simd::store<T, W>(l.v_ + q * W, acc[q]);
+    return l.result();
+  }
+#endif
 
   /// The reduction at output coordinate c; blocks run through `exec(nblocks, f)`, which may
   /// run them in any order or in parallel (results are combined in block order).

@@ -246,7 +246,28 @@ constexpr bool index_in_range(I v, index_t n) {
 template <class Idx>
 constexpr void validate_index(Idx const& idx, std::size_t axis, index_t n) {
   if constexpr (is_index_vec<Idx>::value) {
-    for (index_t k = 0; k < idx.size_; ++k) {
+    using I = typename Idx::index_type;
+    // a branch-free min/max pass first (it vectorises); the search for the first bad index,
+    // for the message, only runs when something is out of range
+    bool ok = true;
+    if (idx.size_ > 0) {
+      I lo = idx.data_[0], hi = idx.data_[0];
+      if (idx.stride_ == 1) {
+        for (index_t k = 1; k < idx.size_; ++k) {
+          I v = idx.data_[k];
+          lo = v < lo ? v : lo;
+          hi = v > hi ? v : hi;
+        }
+      } else {
+        for (index_t k = 1; k < idx.size_; ++k) {
+          I v = idx.data_[k * idx.stride_];
+          lo = v < lo ? v : lo;
+          hi = v > hi ? v : hi;
+        }
+      }
+      ok = index_in_range(lo, n) && index_in_range(hi, n);
+    }
+    for (index_t k = 0; !ok && k < idx.size_; ++k) {
       auto v = idx.data_[k * idx.stride_];
       if (!index_in_range(v, n))
         fail("gradix::", Idx::name, ": index ", v, " (position ", k, ") is out of range for axis ",

@@ -24,6 +24,12 @@ struct sum_of {
   GRADIX_HOST_DEVICE static constexpr T identity() { return T(0); }
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T combine(T a, T b) { return a + b; }
+  /// Neutral padding for partial SIMD packs: -0 (x + -0 == x for every x, -0 included).
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T pad() {
+    if constexpr (std::is_floating_point_v<T>) return -T(0);
+    else return T(0);
+  }
 };
 /// mean = sum / count (integer division for integer types)
 struct mean_of : sum_of {
@@ -41,6 +47,8 @@ struct max_of {
   GRADIX_HOST_DEVICE static constexpr T combine(T a, T b) {
     return simd::lanewise([](auto x, auto y) { return (x >= y || x != x) ? x : y; }, a, b);
   }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T pad() { return identity<T>(); }
 };
 }  // namespace op
 

@@ -18,6 +18,7 @@ struct exp {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::exp(v)); }
+  static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y; }
 };
@@ -27,8 +28,9 @@ struct log {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::log(v)); }
+  static constexpr bool pack_derivative = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return T(1) / x; }
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return simd::constant<T>(1) / x; }
 };
 /// y = tanh(x);  dy/dx = 1 - y^2
 struct tanh {
@@ -36,8 +38,9 @@ struct tanh {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::tanh(v)); }
+  static constexpr bool pack_derivative = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return T(1) - y * y; }
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return simd::constant<T>(1) - y * y; }
 };
 /// y = 1 / (1 + exp(-x));  dy/dx = y (1 - y)
 struct sigmoid {
@@ -47,8 +50,9 @@ struct sigmoid {
   GRADIX_HOST_DEVICE static constexpr T value(T x) {
     return GRADIX_LANEWISE(decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
   }
+  static constexpr bool pack_derivative = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y * (T(1) - y); }
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y * (simd::constant<T>(1) - y); }
 };
 /// y = max(x, 0);  dy/dx = 1 if x > 0 else 0 (relu'(0) = 0)
 struct relu {
@@ -67,8 +71,9 @@ struct sqrt {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::sqrt(v)); }
+  static constexpr bool pack_derivative = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return T(0.5) / y; }
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return simd::constant<T>(0.5) / y; }
 };
 /// y = x^2;  dy/dx = 2x
 struct square {
@@ -76,8 +81,9 @@ struct square {
   static constexpr bool needs_floating = false;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) { return x * x; }
+  static constexpr bool pack_derivative = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return T(2) * x; }
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return x + x; }
 };
 /// y = |x|;  dy/dx = sign(x) (abs'(0) = 0)
 struct abs {

@@ -77,20 +77,40 @@ coord<R> nth_coord(array<index_t, R> const& ext, std::uint64_t mask, index_t k) 
   return c;
 }
 
-/// Offset of target coordinate t in the storage (through the slot map when sparse).
-template <class G, std::size_t R>
-GRADIX_ALWAYS_INLINE index_t target_offset(G const& g, coord<R> const& t) {
-  auto const& st = g.strides();
-  index_t off = 0;
-  for (std::size_t k = 0; k < R; ++k) {
-    index_t x = t[k];
-    if constexpr (G::sparse) {
-      if (k == G::axis) x = g.slot(x);
-    }
-    off += x * st[k];
+/// A map component that is idx(off + scale * d[J]) for a plain index vector.
+template <class C>
+struct is_direct_lookup : std::false_type {};
+template <std::size_t J, class I>
+struct is_direct_lookup<ad::ax_lookup<ad::ax_dom<J>, index_vec<I>>> : std::true_type {
+  static constexpr std::size_t axis = J;
+};
+template <std::size_t J, class I>
+struct is_direct_lookup<ad::ax_lookup<ad::ax_dom<J>, unique_vec<I>>> : std::true_type {
+  static constexpr std::size_t axis = J;
+};
+
+/// A storage's addressing, copied into locals: strides and, when sparse, the slot map.
+template <class G>
+struct target_addressing {
+  array<index_t, G::rank> st_;
+  std::int32_t const* slots_;
+  explicit target_addressing(G const& g) : st_(g.strides()), slots_(nullptr) {
+    if constexpr (G::sparse) slots_ = g.slot_map();
   }
-  return off;
-}
+  /// Offset of target coordinate t (through the slot map along the sparse axis).
+  template <std::size_t R>
+  GRADIX_ALWAYS_INLINE index_t offset(coord<R> const& t) const {
+    index_t off = 0;
+    for (std::size_t k = 0; k < R; ++k) {
+      index_t x = t[k];
+      if constexpr (G::sparse) {
+        if (k == G::axis) x = slots_[x];
+      }
+      off += x * st_[k];
+    }
+    return off;
+  }
+};
 
 }  // namespace detail
 
@@ -118,10 +138,19 @@ void prepare(Use const& u) {
     }();
     G& g = *u.target_;
     auto const& comp = get<S>(u.map_);
-    coord<RD> d{};
-    do {
-      g.touch(ev::ax_value(comp, d));
-    } while (detail::next_coord(d, ext, mask));
+    if constexpr (detail::is_direct_lookup<C>::value) {
+      // the common case, a gather by an index vector along one domain axis: a tight loop
+      constexpr std::size_t J = detail::is_direct_lookup<C>::axis;
+      auto const& in = comp.inner_;
+      index_t const n = ext[J];
+      for (index_t k = 0; k < n; ++k)
+        g.touch(comp.off_ + comp.scale_ * comp.idx_(in.off_ + in.scale_ * k));
+    } else {
+      coord<RD> d{};
+      do {
+        g.touch(ev::ax_value(comp, d));
+      } while (detail::next_coord(d, ext, mask));
+    }
   }
 }
 
@@ -146,12 +175,18 @@ void run(Use const& u) {
     if ((O >> j) & 1) n_outer *= ext[j];
     if ((P >> j) & 1) n_proj *= ext[j];
   }
-  index_t n_in = I >= 0 ? ext[std::size_t(I < 0 ? 0 : I)] : 1;
+  // a static inner extent gives the inner loop a constant trip count
+  constexpr index_t static_in = [] {
+    if constexpr (I >= 0) return extent_v<typename Use::domain_type, std::size_t(I)>;
+    else return index_t(1);
+  }();
+  index_t const n_in = static_in != dyn ? static_in : ext[std::size_t(I < 0 ? 0 : I)];
 
   // Copy the kernel's state into locals: gradient stores cannot alias it.
   ev::evaluator<V> const vev(u.v_);
   auto const map = u.map_;
   G const& g = *u.target_;
+  detail::target_addressing<G> const addr(g);
   T* const data = u.target_->data();
   index_t const tstride = [&] {
     if constexpr (I >= 0) {
@@ -165,10 +200,14 @@ void run(Use const& u) {
 
   // The work of one outer coordinate o (inner and projected coordinates 0).
   auto body = [&](coord<RD> const& o) {
-    T* tp = data + detail::target_offset(g, ev::map_value(map, o));
+    // locals: the gradient stores below cannot alias them
+    [[maybe_unused]] index_t const nin = n_in;
+    [[maybe_unused]] index_t const ts = tstride;
+    [[maybe_unused]] T const mul = mult;
+    T* tp = data + addr.offset(ev::map_value(map, o));
     if constexpr (I < 0) {
       if constexpr (P == 0 || K::collapses_projected) {
-        *tp += T(vev(o)) * mult;
+        *tp += T(vev(o)) * mul;
       } else {
         VT acc{};
         coord<RD> d = o;
@@ -182,36 +221,38 @@ void run(Use const& u) {
         auto in = vev.template outer<I>(o);
         index_t i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-        if (tstride == 1) {
-          for (; i + W <= n_in; i += W) {
-            auto x = ev::convert<T, W>(in.template pack<W>(i));
-            if constexpr (K::collapses_projected) x *= mult;
+        if (ts == 1) {
+          for (; i + W <= nin; i += W) {
+            auto x = ev::pack_as<T, W>(in, i);
+            if constexpr (K::collapses_projected) x *= mul;
             simd::store<T, W>(tp + i, simd::load<T, W>(tp + i) + x);
           }
         }
 #endif
-        for (; i < n_in; ++i) tp[i * tstride] += T(in.elem(i)) * mult;
+        for (; i < nin; ++i) tp[i * ts] += T(in.elem(i)) * mul;
       } else {
         // register tile over the inner axis, summed over the projected axes, written once
-        constexpr index_t TILE = 4 * W;
-        for (index_t t0 = 0; t0 < n_in; t0 += TILE) {
-          index_t len = n_in - t0 < TILE ? n_in - t0 : TILE;
+        // (the whole inner extent when it is static and at most 16 packs)
+        constexpr index_t TILE =
+            static_in != dyn && static_in % W == 0 && static_in <= 16 * W ? static_in : 4 * W;
+        for (index_t t0 = 0; t0 < nin; t0 += TILE) {
+          index_t len = nin - t0 < TILE ? nin - t0 : TILE;
           T acc[TILE] = {};
           coord<RD> d = o;
           do {
             auto in = vev.template outer<I>(d);
 #if defined(GRADIX_HAS_VECTOR_EXT)
             if (len == TILE) {
-              GRADIX_UNROLL(4)
+              GRADIX_UNROLL(16)
               for (index_t q = 0; q < TILE; q += W)
                 simd::store<T, W>(acc + q, simd::load<T, W>(acc + q) +
-                                               ev::convert<T, W>(in.template pack<W>(t0 + q)));
+                                               ev::pack_as<T, W>(in, t0 + q));
               continue;
             }
 #endif
             for (index_t q = 0; q < len; ++q) acc[q] += T(in.elem(t0 + q));
           } while (detail::next_coord(d, ext, P));
-          for (index_t q = 0; q < len; ++q) tp[(t0 + q) * tstride] += acc[q];
+          for (index_t q = 0; q < len; ++q) tp[(t0 + q) * ts] += acc[q];
         }
       }
     }
@@ -244,7 +285,7 @@ void run(Use const& u) {
       coord<RD> o{};
       index_t k = 0;
       do {
-        order[k] = {detail::target_offset(g, ev::map_value(map, o)), k};
+        order[k] = {addr.offset(ev::map_value(map, o)), k};
         ++k;
       } while (detail::next_coord(o, ext, O));
     }

@@ -1,0 +1,123 @@
+// The compile-time plan of backward passes: facts about update kernels are static_asserts,
+// so a regression breaks the build. The founding expression (DESIGN.md section 1) plans two
+// update kernels and no buffers: Eb's through a lookup axis, Ea's injective after its
+// projected axis collapses to `extent x v`.
+#include "testing.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace gx = gradix;
+namespace ad = gradix::ad;
+using gx::dyn;
+using gx::shape;
+
+using Table = gx::parameter<float, shape<64, dyn>, gx::col_major, gx::sparse_grad_t<1>>;
+using Idx = std::vector<std::uint16_t>;
+
+inline auto founding_term(Table const& Ea, Table const& Eb, Idx const& i, std::uint32_t j) {
+  return gx::sum(Eb(gx::all, gx::indices(i)) + Ea(gx::all, gx::at(j)));
+}
+using founding_plan = decltype(ad::plan(founding_term(std::declval<Table&>(), std::declval<Table&>(),
+                                                      std::declval<Idx&>(), 0)));
+static_assert(founding_plan::size == 2, "two update kernels, no buffers");
+template <std::size_t K>
+using kernel = ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<K>(std::declval<founding_plan&>()))>>;
+// Eb: domain 64 x k (the gathered block, not the table); axis 0 affine, axis 1 a lookup
+static_assert(kernel<0>::domain_rank == 2);
+static_assert(std::is_same_v<typename kernel<0>::D, shape<64, dyn>>);
+static_assert(kernel<0>::kinds[0] == ad::axis_kind::affine);
+static_assert(kernel<0>::kinds[1] == ad::axis_kind::lookup);
+static_assert(!kernel<0>::injective);
+static_assert(kernel<0>::inner_axis == 0);  // the contiguous axis of a column
+static_assert(ad::is_one<typename kernel<0>::V>::value);  // the seed 1, as a type
+// Ea: same domain; axis 1 projected (it reaches nothing of Ea), so the map is injective and
+// the projected sum is `k x 1`, computed once
+static_assert(kernel<1>::kinds[0] == ad::axis_kind::affine);
+static_assert(kernel<1>::kinds[1] == ad::axis_kind::projected);
+static_assert(kernel<1>::injective);
+static_assert(kernel<1>::collapses_projected);
+
+// The batched form: Ea gathered at all term columns along a third axis. Eb's kernel sees the
+// term axis as projected and collapses it; Ea's sees the index axis as projected.
+inline auto batched(Table const& Ea, Table const& Eb, Idx const& i, std::vector<std::uint32_t> const& js) {
+  return gx::sum(gx::unsqueeze<2>(Eb(gx::all, gx::indices(i))) + gx::unsqueeze<1>(Ea(gx::all, gx::indices(js))));
+}
+using batched_plan = decltype(ad::plan(batched(std::declval<Table&>(), std::declval<Table&>(),
+                                               std::declval<Idx&>(), std::declval<std::vector<std::uint32_t>&>())));
+template <std::size_t K>
+using bkernel = ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<K>(std::declval<batched_plan&>()))>>;
+static_assert(batched_plan::size == 2);
+static_assert(bkernel<0>::domain_rank == 3);
+static_assert(bkernel<0>::kinds[2] == ad::axis_kind::projected && bkernel<0>::collapses_projected);
+static_assert(bkernel<1>::kinds[1] == ad::axis_kind::projected && bkernel<1>::collapses_projected);
+static_assert(bkernel<1>::kinds[2] == ad::axis_kind::lookup);
+
+// A value-dependent loss (square): the adjoint depends on the projected axis, no collapse.
+inline auto square_term(Table const& Ea, Table const& Eb, Idx const& i, std::uint32_t j) {
+  return gx::sum(gx::square(Eb(gx::all, gx::indices(i)) + Ea(gx::all, gx::at(j))));
+}
+using square_plan = decltype(ad::plan(square_term(std::declval<Table&>(), std::declval<Table&>(),
+                                                  std::declval<Idx&>(), 0)));
+static_assert(!ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<1>(std::declval<square_plan&>()))>>::collapses_projected);
+
+// Ranges and at() compose as affine maps (injective); unique() makes a lookup injective.
+using P2 = gx::parameter<double, shape<dyn, dyn>>;
+inline auto sliced(P2 const& p) { return gx::sum(gx::slice<0>(gx::slice<1>(p, 1, 7, 2), 0, 4)); }
+using sliced_plan = decltype(ad::plan(sliced(std::declval<P2&>())));
+static_assert(ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<0>(std::declval<sliced_plan&>()))>>::injective);
+inline auto uniq(P2 const& p, std::vector<int> const& v) { return gx::sum(gx::gather<1>(p, gx::unique(gx::indices(v)))); }
+using uniq_plan = decltype(ad::plan(uniq(std::declval<P2&>(), std::declval<std::vector<int>&>())));
+static_assert(ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<0>(std::declval<uniq_plan&>()))>>::injective);
+// Constants and detach plan nothing.
+inline auto detached(P2 const& p) { return gx::sum(gx::detach(p) * 2.0); }
+static_assert(decltype(ad::plan(detached(std::declval<P2&>())))::size == 0);
+
+// A counting op: the value expression of the Eb kernel is evaluated once per element of the
+// gathered block (64 x k), never per element of the table (64 x 65,535).
+namespace {
+std::atomic<long> evaluations{0};
+struct counted {
+  static constexpr char const* name = "counted";
+  template <class T>
+  static T value(T x) {
+    return x;
+  }
+  template <class T>
+  static T d_arg(T, T) {  // the backward kernel's value: counted per domain element
+    ++evaluations;
+    return T(1);
+  }
+};
+}  // namespace
+
+TEST_CASE("plan: the Eb kernel runs over the gathered block, not the table") {
+  gx::set_num_threads(1);
+  auto Eb = gx::param(gx::uniform<float, gx::col_major>(gx::dims(gx::fix<64>, 65535), 3), gx::sparse_grad<1>);
+  Idx i(5000);
+  for (std::size_t r = 0; r < i.size(); ++r) i[r] = std::uint16_t((r * 7919) % 65535);
+  auto e = gx::sum(gx::unary<counted>(Eb(gx::all, gx::indices(i))));
+  evaluations = 0;
+  gx::backward_only(e);
+  CHECK(evaluations.load() == 64 * 5000);  // d_arg once per element of the domain
+  CHECK(Eb.grad().size() == 5000);
+  gx::set_num_threads(gx::host::default_num_threads());
+}
+
+TEST_CASE("plan: founding expression gradients are the exact counts") {
+  auto Ea = gx::param(gx::uniform<float, gx::col_major>(gx::dims(gx::fix<64>, 1000), 1), gx::sparse_grad<1>);
+  auto Eb = gx::param(gx::uniform<float, gx::col_major>(gx::dims(gx::fix<64>, 300), 2), gx::sparse_grad<1>);
+  Idx i{5, 7, 5, 299};
+  for (std::uint32_t j : {3u, 999u, 3u}) gx::backward_only(founding_term(Ea, Eb, i, j));
+  auto gb = Eb.grad().to_dense();
+  auto ga = Ea.grad().to_dense();
+  CHECK(gb(0, 5) == 6.0f);
+  CHECK(gb(63, 7) == 3.0f);
+  CHECK(gb(10, 299) == 3.0f);
+  CHECK(gb(10, 6) == 0.0f);
+  CHECK(ga(1, 3) == 8.0f);    // 2 terms x 4 gathered columns
+  CHECK(ga(1, 999) == 4.0f);
+  CHECK(Ea.grad().size() == 2);
+  CHECK(Eb.grad().size() == 3);
+}

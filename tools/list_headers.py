@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Lists gradix's public headers, one path a line, relative to the include directory.
+
+usage: list_headers.py INCLUDE_DIR [--cuda]
+
+Without --cuda: the headers a C++ compiler must accept on their own (every .hpp except the
+CUDA umbrella cuda.hpp and the CUDA backend). With --cuda: those that need nvcc (.cuh files,
+cuda.hpp, backend/cuda/). Every installed header counts, detail/ included. Sorted,
+'/'-separated.
+"""
+
+import os
+import sys
+
+
+def needs_cuda(rel):
+    return rel.endswith(".cuh") or rel == "gradix/cuda.hpp" or rel.startswith("gradix/backend/cuda/")
+
+
+def main(argv):
+    args = [a for a in argv if a != "--cuda"]
+    if len(args) != 1:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    include_dir = args[0]
+    want_cuda = "--cuda" in argv
+    found = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(include_dir, "gradix")):
+        for name in filenames:
+            if not (name.endswith(".hpp") or name.endswith(".cuh")):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), include_dir).replace(os.sep, "/")
+            if needs_cuda(rel) == want_cuda:
+                found.append(rel)
+    for rel in sorted(found):
+        print(rel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
