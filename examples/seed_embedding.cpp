@@ -333,6 +333,11 @@ int run(options const& o) {
 
   int status = 0;
   if (o.check) status = reference_check<int>::run(o, Ea, Eb, i, js, loss, col);
+  if (o.check && o.reps >= 2) {
+    // once warm, a backward pass allocates nothing (sparse storage keeps its memory)
+    std::printf("check: last rep's backward allocations: %ld (expected 0)\n", last_back_allocs);
+    if (last_back_allocs != 0) status = 1;
+  }
 
   std::printf("{\"layout\": \"%s\", \"loss_kind\": \"%s\", \"batched\": %s, \"n\": %ld, \"k\": %ld, "
               "\"d\": %ld, \"na\": %ld, \"nb\": %ld, \"threads\": %ld, \"reps\": %ld, "
