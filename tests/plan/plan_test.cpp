@@ -60,7 +60,12 @@ inline auto square_term(Table const& Ea, Table const& Eb, Idx const& i, std::uin
 }
 using square_plan = decltype(ad::plan(square_term(std::declval<Table&>(), std::declval<Table&>(),
                                                   std::declval<Idx&>(), 0)));
-static_assert(!ad::kernel_traits<std::remove_cvref_t<decltype(gx::get<1>(std::declval<square_plan&>()))>>::collapses_projected);
+// Both uses read the same domain and value: one fused loop nest with two targets.
+static_assert(square_plan::size == 1);
+using square_kernel = std::remove_cvref_t<decltype(gx::get<0>(std::declval<square_plan&>()))>;
+static_assert(ad::is_fused<square_kernel>::value);
+static_assert(!ad::kernel_traits<decltype(std::declval<square_kernel&>().second_)>::collapses_projected);
+static_assert(ad::kernel_traits<decltype(std::declval<square_kernel&>().second_)>::injective);
 
 // Ranges and at() compose as affine maps (injective); unique() makes a lookup injective.
 using P2 = gx::parameter<double, shape<dyn, dyn>>;
@@ -120,4 +125,30 @@ TEST_CASE("plan: founding expression gradients are the exact counts") {
   CHECK(ga(1, 999) == 4.0f);
   CHECK(Ea.grad().size() == 2);
   CHECK(Eb.grad().size() == 3);
+}
+
+TEST_CASE("plan: a fused pair gives the same bits as its two kernels run apart") {
+  auto Ea = gx::param(gx::uniform<float, gx::col_major>(gx::dims(gx::fix<64>, 3000), 5), gx::sparse_grad<1>);
+  auto Eb = gx::param(gx::uniform<float, gx::col_major>(gx::dims(gx::fix<64>, 4000), 6), gx::sparse_grad<1>);
+  Idx i(3000);
+  for (std::size_t r = 0; r < i.size(); ++r) i[r] = std::uint16_t((r * 37) % 3999);
+  auto e = square_term(Ea, Eb, i, 17);
+  gx::set_num_threads(1);
+  gx::backward_only(e);  // fused: one loop nest, two targets
+  auto fa = Ea.grad().to_dense();
+  auto fb = Eb.grad().to_dense();
+  auto only_a = gx::grad(e, Ea);  // one target wanted: the kernels run apart
+  auto only_b = gx::grad(e, Eb);
+  CHECK_ALL_CLOSE(fa, only_a.to_dense(), 0.0, 0.0);
+  CHECK_ALL_CLOSE(fb, only_b.to_dense(), 0.0, 0.0);
+  gx::zero_grad(Ea, Eb);
+  gx::set_num_threads(4);  // large enough to run in parallel: the kernels run apart
+  gx::backward_only(e);
+  CHECK_ALL_CLOSE(fa, Ea.grad().to_dense(), 0.0, 0.0);
+  CHECK_ALL_CLOSE(fb, Eb.grad().to_dense(), 0.0, 0.0);
+  gx::set_num_threads(gx::host::default_num_threads());
+  // and the values: d/dEa(:, 17) = sum over gathered columns of 2 (Eb(:, i) + Ea(:, 17))
+  double ref = 0;
+  for (auto r : i) ref += 2.0 * (double(Eb.value()(5, r)) + double(Ea.value()(5, 17)));
+  CHECK(double(fa(5, 17)) == doctest::Approx(ref).epsilon(1e-5));
 }

@@ -12,6 +12,7 @@
 ///   index / view  m is composed with the node's own coordinate map
 ///   constants, detach, integer-valued sub-expressions: no use
 
+#include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
 #include "gradix/ad/value.hpp"
 #include "gradix/config.hpp"
@@ -25,19 +26,6 @@
 #include <type_traits>
 
 namespace gradix::ad {
-
-/// One update kernel: add v(d) to the gradient storage *target_ at m(d), for d in D.
-template <class D, class V, class M, class G>
-struct use {
-  using domain_type = D;
-  using value_expr = V;
-  using map_type = M;
-  using storage_type = G;
-  D dom_;
-  V v_;
-  M map_;
-  G* target_;
-};
 
 namespace detail {
 template <class D, class SA, std::uint64_t Mask>
@@ -119,7 +107,15 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
       return push(n.rhs_, dom,
                   mul_v(v, at_map_node<binary_deriv_node<Op, L, R, 1>, M, D>{{n}, m, dom}), mr);
   }();
-  return tuple_cat(left, right);
+  if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
+                decltype(right)::size == 1) {
+    using UL = std::remove_cvref_t<decltype(get<0>(left))>;
+    using UR = std::remove_cvref_t<decltype(get<0>(right))>;
+    if constexpr (fusable_v<UL, UR>) return make_tuple(fused_use<UL, UR>{get<0>(left), get<0>(right)});
+    else return tuple_cat(left, right);
+  } else {
+    return tuple_cat(left, right);
+  }
 }
 
 // Reductions.

@@ -25,12 +25,18 @@ namespace gradix {
 namespace detail {
 template <class Plan>
 void run_plan(Plan const& p) {
-  for_each_element(p, [](auto const& u) {
-    if (u.target_) host::prepare(u);
-  });
-  for_each_element(p, [](auto const& u) {
-    if (u.target_) host::run(u);
-  });
+  for_each_element(p, [](auto const& u) { host::prepare(u); });
+  for_each_element(p, [](auto const& u) { host::run(u); });
+}
+/// Calls f on each plain use of a plan element (both parts of a fused pair).
+template <class U, class F>
+void for_each_use(U& u, F&& f) {
+  if constexpr (ad::is_fused<U>::value) {
+    f(u.first_);
+    f(u.second_);
+  } else {
+    f(u);
+  }
 }
 }  // namespace detail
 
@@ -78,7 +84,7 @@ auto grad(E const& e_in, P const&... params) {
   auto e = detail::as_node(e_in);
   std::tuple<typename P::storage_type...> out(typename P::storage_type(params.shape())...);
   auto p = ad::plan(e);
-  for_each_element(p, [&](auto& u) {
+  for_each_element(p, [&](auto& pu) { detail::for_each_use(pu, [&](auto& u) {
     using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
     G* redirected = nullptr;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -92,7 +98,7 @@ auto grad(E const& e_in, P const&... params) {
        ...);
     }(std::index_sequence_for<P...>{});
     u.target_ = redirected;  // uses of other parameters are skipped
-  });
+  }); });
   detail::run_plan(p);
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;

@@ -118,6 +118,7 @@ struct target_addressing {
 /// storage's axis, for every position the use will write.
 template <class Use>
 void prepare(Use const& u) {
+  if (!u.target_) return;  // a use that grad() does not want
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
   constexpr std::size_t RD = K::domain_rank;
@@ -157,6 +158,7 @@ void prepare(Use const& u) {
 /// Runs one use (after prepare).
 template <class Use>
 void run(Use const& u) {
+  if (!u.target_) return;  // a use that grad() does not want
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
   using T = typename G::value_type;
@@ -300,6 +302,91 @@ void run(Use const& u) {
     };
     tp.run(tasks, task);
   }
+}
+
+template <class U1, class U2>
+void prepare(ad::fused_use<U1, U2> const& f) {
+  prepare(f.first_);
+  prepare(f.second_);
+}
+
+/// A fused pair (ad/kernel.hpp): one loop nest over the shared domain, v computed once per
+/// element; the outer-only use adds per outer coordinate, the projected-only use sums into a
+/// row that is written once. The additions happen in the same order as when the two uses run
+/// apart (which they do with several threads, or when grad() wants only one of them), so the
+/// results are the same bits either way.
+template <class U1, class U2>
+void run(ad::fused_use<U1, U2> const& f) {
+  constexpr bool first_outer = ad::detail::outer_only<ad::kernel_traits<U1>>;
+  auto const& ua = [&]() -> auto const& {
+    if constexpr (first_outer) return f.first_;
+    else return f.second_;
+  }();
+  auto const& ub = [&]() -> auto const& {
+    if constexpr (first_outer) return f.second_;
+    else return f.first_;
+  }();
+  using UA = std::remove_cvref_t<decltype(ua)>;
+  using UB = std::remove_cvref_t<decltype(ub)>;
+  using KA = ad::kernel_traits<UA>;
+  using GA = typename UA::storage_type;
+  using GB = typename UB::storage_type;
+  using TA = typename GA::value_type;
+  using TB = typename GB::value_type;
+  using V = typename UA::value_expr;
+  constexpr std::size_t RD = KA::domain_rank;
+  constexpr int I = KA::inner_axis;
+  constexpr std::uint64_t O = ad::detail::non_inner_mask<KA>;
+  constexpr index_t max_row = 1024;
+
+  auto ext = ua.dom_.extents();
+  index_t n_outer = 1;
+  for (std::size_t j = 0; j < RD; ++j) {
+    if (ext[j] == 0) return;
+    if ((O >> j) & 1) n_outer *= ext[j];
+  }
+  index_t const n_in = ext[std::size_t(I)];
+  index_t const tsa = ua.target_ ? ua.target_->strides()[std::size_t(KA::target_unit_axis)] *
+                                       get<std::size_t(KA::target_unit_axis)>(ua.map_).scale_
+                                 : 0;
+  if (!ua.target_ || !ub.target_ || n_in > max_row || tsa != 1 ||
+      (pool().size() > 1 && n_outer * n_in >= 2 * parallel_min_elements)) {
+    run(f.first_);
+    run(f.second_);
+    return;
+  }
+  using KB = ad::kernel_traits<UB>;
+  index_t const tsb = ub.target_->strides()[std::size_t(KB::target_unit_axis)] *
+                      get<std::size_t(KB::target_unit_axis)>(ub.map_).scale_;
+  ev::evaluator<V> const vev(ua.v_);
+  auto const map_a = ua.map_;
+  detail::target_addressing<GA> const addr_a(*ua.target_);
+  TA* const data_a = ua.target_->data();
+  TB row[max_row] = {};
+  constexpr int W = simd::width<TA>;
+  coord<RD> o{};
+  do {
+    TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
+    auto in = vev.template outer<I>(o);
+    index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if constexpr (std::is_same_v<TA, TB>) {
+      for (; i + W <= n_in; i += W) {
+        auto x = ev::pack_as<TA, W>(in, i);
+        simd::store<TA, W>(tp + i, simd::load<TA, W>(tp + i) + x);
+        simd::store<TB, W>(row + i, simd::load<TB, W>(row + i) + x);
+      }
+    }
+#endif
+    for (; i < n_in; ++i) {
+      auto x = in.elem(i);
+      tp[i] += TA(x);
+      row[i] += TB(x);
+    }
+  } while (detail::next_coord(o, ext, O));
+  TB* tb = ub.target_->data() + detail::target_addressing<GB>(*ub.target_).offset(
+                                    ev::map_value(ub.map_, coord<RD>{}));
+  for (index_t i = 0; i < n_in; ++i) tb[i * tsb] += row[i];
 }
 
 }  // namespace gradix::host

@@ -1,0 +1,130 @@
+#pragma once
+/// \file
+/// Update kernels as types: a `use` (one parameter use: add v(d) to the gradient at m(d) for
+/// d in D), the facts its type implies (`kernel_traits`), and `fused_use`: two uses with the
+/// same domain and value expression (the operands of one `+`) run as one loop nest with two
+/// targets, computing the value once.
+
+#include "gradix/ad/map.hpp"
+#include "gradix/ad/value.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::ad {
+
+/// One update kernel: add v(d) to the gradient storage *target_ at m(d), for d in D.
+template <class D, class V, class M, class G>
+struct use {
+  using domain_type = D;
+  using value_expr = V;
+  using map_type = M;
+  using storage_type = G;
+  D dom_;
+  V v_;
+  M map_;
+  G* target_;
+};
+
+enum class axis_kind { affine, lookup, projected };
+
+template <class M, std::size_t K>
+using map_component_t = std::remove_cvref_t<decltype(get<K>(std::declval<M const&>()))>;
+
+/// Facts about one update kernel, from its type alone.
+template <class Use>
+struct kernel_traits {
+  using D = typename Use::domain_type;
+  using V = typename Use::value_expr;
+  using M = typename Use::map_type;
+  using G = typename Use::storage_type;
+  static constexpr std::size_t domain_rank = D::rank;
+  static constexpr std::size_t target_rank = M::size;
+
+  template <std::size_t J>
+  static constexpr axis_kind kind_of() {
+    if constexpr (count_deps<M, J>::value == 0) return axis_kind::projected;
+    else if constexpr (count_deps<M, J>::value == 1 && dom_component<M, J>::value >= 0)
+      return axis_kind::affine;
+    else return axis_kind::lookup;
+  }
+  static constexpr array<axis_kind, domain_rank> kinds = [] {
+    array<axis_kind, domain_rank> r{};
+    [&]<std::size_t... J>(std::index_sequence<J...>) { ((r[J] = kind_of<J>()), ...); }(
+        std::make_index_sequence<domain_rank>{});
+    return r;
+  }();
+  static constexpr std::uint64_t projected_mask = [] {
+    std::uint64_t r = 0;
+    for (std::size_t j = 0; j < domain_rank; ++j)
+      if (kinds[j] == axis_kind::projected) r |= std::uint64_t(1) << j;
+    return r;
+  }();
+  static constexpr bool injective = injective_map<M, domain_rank>::value;
+  /// The target axis that is contiguous in the gradient storage.
+  static constexpr int target_unit_axis = G::unit_axis;
+  /// The domain axis walked innermost (reaches the target's contiguous axis affinely), or -1.
+  static constexpr int inner_axis = [] {
+    if constexpr (target_unit_axis < 0) {
+      return -1;
+    } else {
+      using C = map_component_t<M, std::size_t(target_unit_axis)>;
+      return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        int r = -1;
+        ((std::is_same_v<C, ax_dom<J>> && count_deps<M, J>::value == 1 ? (r = int(J)) : 0), ...);
+        return r;
+      }(std::make_index_sequence<domain_rank>{});
+    }
+  }();
+  /// v does not depend on any projected axis: their sum is `extent x v`, computed once.
+  static constexpr bool collapses_projected =
+      projected_mask != 0 && !value_depends_any_v<V, projected_mask, domain_rank>;
+};
+
+/// Two uses of one `+` node: the same domain and value expression (one object's copies). One
+/// writes a target position per outer coordinate (no projected axis), the other sums every
+/// non-inner axis into one target row (all projected, and v depends on them, so the sum does
+/// not collapse). The fused loop nest computes v once per element for both.
+template <class U1, class U2>
+struct fused_use {
+  U1 first_;
+  U2 second_;
+};
+
+template <class U>
+struct is_fused : std::false_type {};
+template <class U1, class U2>
+struct is_fused<fused_use<U1, U2>> : std::true_type {};
+
+namespace detail {
+template <class K>
+inline constexpr std::uint64_t non_inner_mask =
+    (K::domain_rank >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << K::domain_rank) - 1) &
+    ~(K::inner_axis >= 0 ? std::uint64_t(1) << (K::inner_axis < 0 ? 0 : K::inner_axis) : 0);
+template <class K>
+inline constexpr bool outer_only = K::inner_axis >= 0 && K::projected_mask == 0 && non_inner_mask<K> != 0;
+template <class K>
+inline constexpr bool projected_only =
+    K::inner_axis >= 0 && non_inner_mask<K> != 0 && K::projected_mask == non_inner_mask<K> &&
+    !K::collapses_projected;
+}  // namespace detail
+
+/// Can uses U1 and U2 (from one `+` node) run as one fused loop nest?
+template <class U1, class U2>
+inline constexpr bool fusable_v = [] {
+  if constexpr (!std::is_same_v<typename U1::domain_type, typename U2::domain_type> ||
+                !std::is_same_v<typename U1::value_expr, typename U2::value_expr>) {
+    return false;
+  } else {
+    using K1 = kernel_traits<U1>;
+    using K2 = kernel_traits<U2>;
+    return K1::inner_axis == K2::inner_axis &&
+           ((detail::outer_only<K1> && detail::projected_only<K2>) ||
+            (detail::projected_only<K1> && detail::outer_only<K2>));
+  }
+}();
+
+}  // namespace gradix::ad
