@@ -149,22 +149,48 @@ constexpr index_at at(index_t j) { return {j}; }
 
 namespace detail {
 
+/// The index kind an index argument becomes (a type computation only: checking whether
+/// something is an index argument never instantiates a function body, so a wrong element
+/// type is reported once, where the indices are used).
 template <class X>
-inline constexpr bool is_integer_arg_v =
-    std::is_integral_v<std::remove_cvref_t<X>> && !std::is_same_v<std::remove_cvref_t<X>, bool>;
+struct index_arg_type {
+  using type = X;
+};
+template <class X>
+  requires(std::is_integral_v<X> && !std::is_same_v<X, bool>)
+struct index_arg_type<X> {
+  using type = index_select;
+};
+template <class I, class A>
+struct index_arg_type<std::vector<I, A>> {
+  using type = index_vec<index_elem_t<I>>;
+};
+template <class I, std::size_t E>
+struct index_arg_type<std::span<I, E>> {
+  using type = index_vec<index_elem_t<I>>;
+};
+template <class I, class S, class L>
+struct index_arg_type<tensor<I, S, L>> {
+  using type = index_vec<index_elem_t<I>>;
+};
+template <class I, class S, class L>
+struct index_arg_type<tensor_view<I, S, L, host_space>> {
+  using type = index_vec<index_elem_t<I>>;
+};
+template <class X>
+using index_arg_t = typename index_arg_type<std::remove_cvref_t<X>>::type;
 
 /// Normalizes an index argument to an index kind (or all_t).
 template <class X>
-constexpr auto index_arg(X const& x) {
+constexpr index_arg_t<X> index_arg(X const& x) {
   using D = std::remove_cvref_t<X>;
-  if constexpr (is_integer_arg_v<D>) return index_select{index_t(x)};
-  else if constexpr (requires { indices(x); } && !is_index_vec<D>::value &&
-                     !std::is_same_v<D, index_range>)
+  if constexpr (std::is_same_v<index_arg_t<X>, index_select> && !std::is_same_v<D, index_select>)
+    return index_select{index_t(x)};
+  else if constexpr (std::is_same_v<index_arg_t<X>, D>)
+    return x;
+  else
     return indices(x);
-  else return x;
 }
-template <class X>
-using index_arg_t = decltype(index_arg(std::declval<X const&>()));
 
 template <class X>
 inline constexpr bool is_index_kind_v =
@@ -172,8 +198,7 @@ inline constexpr bool is_index_kind_v =
     std::is_same_v<X, index_select> || std::is_same_v<X, all_t>;
 
 template <class X>
-concept index_argument = requires(X const& x) { index_arg(x); } &&
-                         is_index_kind_v<index_arg_t<X>>;
+concept index_argument = is_index_kind_v<index_arg_t<X>>;
 
 template <class S, std::size_t Axis, class Idx>
 struct indexed_shape {
