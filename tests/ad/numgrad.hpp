@@ -162,9 +162,7 @@ std::string numgrad_directional(F&& f, P& p, int n_dirs = 3, numgrad_options con
       return double(value(e));
     };
     double fp = step(1.0), fm = step(-1.0);
-    // restore element by element: `t = saved` would install a new buffer and leave e reading
-    // the freed one (/tmp/gradix_bugs/ad.md bug 6)
-    std::memcpy(static_cast<void*>(t.data()), saved.data(), std::size_t(t.size()) * sizeof(T));
+    t = saved;  // a same-size assignment copies in place: e keeps viewing t's buffer
     double num = (fp - fm) / (2 * h);
     double noise =
         16 * std::numeric_limits<double>::epsilon() * (std::abs(fp) + std::abs(fm)) / (2 * h);

@@ -356,6 +356,8 @@ void run(ad::fused_use<U1, U2> const& f) {
     return;
   }
   using KB = ad::kernel_traits<UB>;
+  // n_in <= max_row (checked above); the explicit bound lets g++ see the row cannot overflow
+  int const n_row = int(n_in < max_row ? n_in : max_row);
   index_t const tsb = ub.target_->strides()[std::size_t(KB::target_unit_axis)] *
                       get<std::size_t(KB::target_unit_axis)>(ub.map_).scale_;
   ev::evaluator<V> const vev(ua.v_);
@@ -368,25 +370,28 @@ void run(ad::fused_use<U1, U2> const& f) {
   do {
     TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
     auto in = vev.template outer<I>(o);
-    index_t i = 0;
+    auto add = [&](int i) {
+      auto x = in.elem(i);
+      tp[i] += TA(x);
+      row[i] += TB(x);
+    };
 #if defined(GRADIX_HAS_VECTOR_EXT)
     if constexpr (std::is_same_v<TA, TB>) {
-      for (; i + W <= n_in; i += W) {
+      int i = 0;
+      for (; i + W <= n_row; i += W) {
         auto x = ev::pack_as<TA, W>(in, i);
         simd::store<TA, W>(tp + i, simd::load<TA, W>(tp + i) + x);
         simd::store<TB, W>(row + i, simd::load<TB, W>(row + i) + x);
       }
+      for (int t = 0; t < W - 1 && i < n_row; ++t, ++i) add(i);  // the tail: under W
+      continue;
     }
 #endif
-    for (; i < n_in; ++i) {
-      auto x = in.elem(i);
-      tp[i] += TA(x);
-      row[i] += TB(x);
-    }
+    for (int i = 0; i < n_row; ++i) add(i);
   } while (detail::next_coord(o, ext, O));
   TB* tb = ub.target_->data() + detail::target_addressing<GB>(*ub.target_).offset(
                                     ev::map_value(ub.map_, coord<RD>{}));
-  for (index_t i = 0; i < n_in; ++i) tb[i * tsb] += row[i];
+  for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
 }
 
 }  // namespace gradix::host
