@@ -152,3 +152,14 @@ TEST_CASE("plan: a fused pair gives the same bits as its two kernels run apart")
   for (auto r : i) ref += 2.0 * (double(Eb.value()(5, r)) + double(Ea.value()(5, 17)));
   CHECK(double(fa(5, 17)) == doctest::Approx(ref).epsilon(1e-5));
 }
+
+TEST_CASE("plan: grad refuses a parameter given twice") {
+  auto x = gx::param(gx::iota<double>(gx::dims(2, 3)));
+  auto y = gx::param(gx::iota<double>(gx::dims(2, 3)));
+  CHECK_THROWS_WITH_AS(gx::grad(gx::sum(x * y), x, y, x),
+                       doctest::Contains("gradix::grad: parameter 0 and parameter 2 are the same parameter"),
+                       gx::error);
+  auto [gx_, gy_] = gx::grad(gx::sum(x * y), x, y);
+  CHECK(gx_.dense()(1, 2) == 5.0);
+  CHECK(gy_.dense()(1, 2) == 5.0);
+}

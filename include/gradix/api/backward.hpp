@@ -82,6 +82,14 @@ void backward(E const& e_in, S const& seed_in) {
 template <operand E, parameter_object... P>
 auto grad(E const& e_in, P const&... params) {
   auto e = detail::as_node(e_in);
+  {
+    void const* addr[] = {static_cast<void const*>(&params.grad())...};
+    for (std::size_t a = 0; a < sizeof...(P); ++a)
+      for (std::size_t b = a + 1; b < sizeof...(P); ++b)
+        if (addr[a] == addr[b])
+          detail::fail("gradix::grad: parameter ", a, " and parameter ", b,
+                       " are the same parameter; give each parameter once");
+  }
   std::tuple<typename P::storage_type...> out(typename P::storage_type(params.shape())...);
   auto p = ad::plan(e);
   for_each_element(p, [&](auto& pu) { detail::for_each_use(pu, [&](auto& u) {
