@@ -147,6 +147,16 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     return n;
   }
 
+  /// Moves a to the next row of the reduced domain (the reduced axes other than the inner
+  /// one, row-major, last fastest).
+  GRADIX_HOST_DEVICE constexpr void next_row(coord<in_rank>& a) const {
+    for (std::size_t j = in_rank; j-- > 0;) {
+      if (!reduced(j) || j == inner_axis) continue;
+      if (++a[j] < ext_[j]) break;
+      a[j] = 0;
+    }
+  }
+
   /// Result of block k of the scheme, for the output element whose base coordinate is a.
   GRADIX_HOST_DEVICE constexpr value_type block(coord<in_rank> a, index_t k, index_t n,
                                                 index_t bsize) const {
@@ -171,11 +181,7 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
       acc.run(arg_.template outer<int(IA)>(a), len);
       f += len;
       off = 0;
-      for (std::size_t j = in_rank; j-- > 0;) {  // next row
-        if (!reduced(j) || j == IA) continue;
-        if (++a[j] < ext_[j]) break;
-        a[j] = 0;
-      }
+      next_row(a);
     }
     return acc.result();
   }
@@ -210,11 +216,7 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
           }
           f += len;
           off = 0;
-          for (std::size_t jj = in_rank; jj-- > 0;) {
-            if (!reduced(jj) || jj == IA) continue;
-            if (++a[jj] < ext_[jj]) break;
-            a[jj] = 0;
-          }
+          next_row(a);
           continue;
         }
       }
@@ -239,11 +241,7 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
       }
       f += len;
       off = 0;
-      for (std::size_t jj = in_rank; jj-- > 0;) {  // next row
-        if (!reduced(jj) || jj == IA) continue;
-        if (++a[jj] < ext_[jj]) break;
-        a[jj] = 0;
-      }
+      next_row(a);
     }
     lanes<Op, T> l;
     GRADIX_UNROLL(16)
