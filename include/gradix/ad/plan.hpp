@@ -17,9 +17,6 @@
 
 namespace gradix::ad {
 
-template <class Tuple>
-struct plan_size : std::integral_constant<std::size_t, Tuple::size> {};
-
 /// The plan of backward(e) for a rank-0 expression: its update kernels.
 template <operand E>
 constexpr auto plan(E const& e_in) {

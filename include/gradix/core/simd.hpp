@@ -53,8 +53,6 @@ GRADIX_ALWAYS_INLINE pack<T, W> splat(T x) {
 inline constexpr bool enabled = false;
 #endif
 
-template <class T>
-struct is_pack : std::false_type {};
 #if defined(GRADIX_HAS_VECTOR_EXT)
 // A pack type is any vector-extension type; detect it through subscripting a non-class.
 template <class T>

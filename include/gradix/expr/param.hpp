@@ -43,9 +43,4 @@ constexpr auto detach(X&& x) {
   return detach_node<detail::node_t<X>>{detail::as_node(static_cast<X&&>(x))};
 }
 
-template <class E>
-struct is_param_node : std::false_type {};
-template <class V, class G>
-struct is_param_node<param_node<V, G>> : std::true_type {};
-
 }  // namespace gradix
