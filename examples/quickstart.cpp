@@ -1,5 +1,5 @@
-// The smallest real gradix program: build expressions over tensors, evaluate them.
-// Until the founding benchmark exists (issue 3) this is the README's main example.
+// The smallest real gradix program: build expressions over tensors and evaluate them (no
+// gradients; the README's main example, with backward, is seed_embedding.cpp).
 #include <gradix/gradix.hpp>
 
 #include <iostream>

@@ -30,3 +30,4 @@
 #include "gradix/api/fill.hpp"
 #include "gradix/api/param.hpp"
 #include "gradix/api/backward.hpp"
+#include "gradix/api/gradcheck.hpp"

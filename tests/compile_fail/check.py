@@ -36,7 +36,10 @@ HEADER = re.compile(r"^(?P<file>[^\s:][^:]*): (?P<rest>In .*)$")
 # An error line: "path:l:c: error: ...", "cc1plus: error: ...", "fatal error: ...".
 ERROR = re.compile(r"^(?:[^\s:][^:]*(?::\d+)*: )?(?:fatal )?error: ")
 ERROR_TEXT = re.compile(r"^(?:fatal )?error: ")
-ANCHOR = re.compile(r"^(?:(?:fatal )?error: |required from here|note: .*requested here)")
+# (g++ places an error inside a gradix macro at the macro's definition, with an "in expansion
+# of macro" note at the user's line.)
+ANCHOR = re.compile(
+    r"^(?:(?:fatal )?error: |required from here|note: .*requested here|note: in expansion of macro)")
 EXPECT = re.compile(r"^\s*//\s*expect:\s*(?P<text>.*?)\s*$")
 
 

@@ -24,13 +24,16 @@ namespace gradix {
 
 namespace detail {
 template <class Plan>
-void run_plan(Plan const& p) {
+constexpr void run_plan(Plan const& p) {
   for_each_element(p, [](auto const& u) { host::prepare(u); });
-  for_each_element(p, [](auto const& u) { host::run(u); });
+  if (std::is_constant_evaluated())
+    for_each_element(p, [](auto const& u) { host::run_serial(u); });
+  else
+    for_each_element(p, [](auto const& u) { host::run(u); });
 }
 /// Calls f on each plain use of a plan element (both parts of a fused pair).
 template <class U, class F>
-void for_each_use(U& u, F&& f) {
+constexpr void for_each_use(U& u, F&& f) {
   if constexpr (ad::is_fused<U>::value) {
     f(u.first_);
     f(u.second_);
@@ -43,7 +46,7 @@ void for_each_use(U& u, F&& f) {
 /// Evaluates the rank-0 expression e, adds d e / d p into the gradient of every parameter p
 /// that e reads, and returns the value.
 template <operand E>
-auto backward(E const& e_in) {
+constexpr auto backward(E const& e_in) {
   auto e = detail::as_node(e_in);
   auto v = host::value(e);
   detail::run_plan(ad::plan(e));
@@ -52,14 +55,14 @@ auto backward(E const& e_in) {
 
 /// Like backward(e), without computing the value.
 template <operand E>
-void backward_only(E const& e_in) {
+constexpr void backward_only(E const& e_in) {
   detail::run_plan(ad::plan(detail::as_node(e_in)));
 }
 
 /// Adds seed-weighted gradients of a non-scalar e: d <seed, e> / d p. The seed is a tensor
 /// or view of e's shape (gradix::error otherwise).
 template <operand E, operand S>
-void backward(E const& e_in, S const& seed_in) {
+constexpr void backward(E const& e_in, S const& seed_in) {
   auto e = detail::as_node(e_in);
   auto seed = detail::as_node(seed_in);
   static_assert(shape_of_t<decltype(seed)>::rank == shape_of_t<decltype(e)>::rank,
@@ -80,7 +83,7 @@ void backward(E const& e_in, S const& seed_in) {
 /// are untouched. A parameter that e does not read gets an empty (zero) gradient. One
 /// parameter: its gradient; several: a std::tuple of them.
 template <operand E, parameter_object... P>
-auto grad(E const& e_in, P const&... params) {
+constexpr auto grad(E const& e_in, P const&... params) {
   auto e = detail::as_node(e_in);
   {
     void const* addr[] = {static_cast<void const*>(&params.grad())...};
@@ -114,7 +117,7 @@ auto grad(E const& e_in, P const&... params) {
 
 /// Clears the gradients of the given parameters (only what backward wrote).
 template <parameter_object... P>
-void zero_grad(P&... params) {
+constexpr void zero_grad(P&... params) {
   (params.grad().zero(), ...);
 }
 

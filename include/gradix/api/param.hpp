@@ -11,7 +11,6 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/grad/storage.hpp"
 
-#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -30,27 +29,36 @@ class parameter {
   static_assert(Spec::axis < Shape::rank || Shape::rank == 0,
                 "gradix::param: the gradient axis is out of range for the tensor's rank");
 
-  explicit parameter(tensor<T, Shape, Layout> value) : impl_(std::make_unique<impl>(std::move(value))) {}
-  parameter(parameter&&) noexcept = default;
-  parameter& operator=(parameter&&) noexcept = default;
+  constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(new impl(std::move(value))) {}
+  constexpr parameter(parameter&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
+  constexpr parameter& operator=(parameter&& o) noexcept {
+    if (this != &o) {
+      delete impl_;
+      impl_ = std::exchange(o.impl_, nullptr);
+    }
+    return *this;
+  }
+  parameter(parameter const&) = delete;
+  parameter& operator=(parameter const&) = delete;
+  constexpr ~parameter() { delete impl_; }
 
   /// The value (change it freely between backward calls: expressions read it when run).
-  tensor<T, Shape, Layout>& value() { return impl_->value_; }
-  tensor<T, Shape, Layout> const& value() const { return impl_->value_; }
+  constexpr tensor<T, Shape, Layout>& value() { return impl_->value_; }
+  constexpr tensor<T, Shape, Layout> const& value() const { return impl_->value_; }
   /// The accumulated gradient (dense or sparse storage, see grad/storage.hpp).
-  storage_type& grad() { return impl_->grad_; }
-  storage_type const& grad() const { return impl_->grad_; }
-  Shape const& shape() const { return impl_->value_.shape(); }
+  constexpr storage_type& grad() { return impl_->grad_; }
+  constexpr storage_type const& grad() const { return impl_->grad_; }
+  constexpr Shape const& shape() const { return impl_->value_.shape(); }
 
   /// The leaf node that expressions hold.
-  param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
+  constexpr param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
     return {impl_->value_.view(), &impl_->grad_};
   }
 
   /// An index expression (`E(all, indices(i))`); with integers only, element access to the value.
   template <class... A>
     requires(sizeof...(A) == rank && !(std::is_integral_v<A> && ...))
-  auto operator()(A const&... a) const& {
+  constexpr auto operator()(A const&... a) const& {
     return index(node(), a...);
   }
   template <class... A>
@@ -58,23 +66,23 @@ class parameter {
   void operator()(A const&... a) && = delete;  // the expression would outlive the parameter
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
-  T const& operator()(I... i) const {
+  constexpr T const& operator()(I... i) const {
     return impl_->value_(i...);
   }
 
  private:
   struct impl {
-    explicit impl(tensor<T, Shape, Layout> v) : value_(std::move(v)), grad_(value_.shape()) {}
+    constexpr explicit impl(tensor<T, Shape, Layout> v) : value_(std::move(v)), grad_(value_.shape()) {}
     tensor<T, Shape, Layout> value_;
     storage_type grad_;
   };
-  std::unique_ptr<impl> impl_;
+  impl* impl_;  // owned; a plain pointer so that a parameter works in constant evaluation
 };
 
 /// A parameter from a tensor; the gradient storage is dense (tracking slices along axis 0)
 /// unless given: `param(t, sparse_grad<1>)`, `param(t, dense_grad<1>)`.
 template <class T, class S, class L, class Spec = dense_grad_t<0>>
-parameter<T, S, L, Spec> param(tensor<T, S, L> value, Spec = {}) {
+constexpr parameter<T, S, L, Spec> param(tensor<T, S, L> value, Spec = {}) {
   return parameter<T, S, L, Spec>(std::move(value));
 }
 

@@ -4,7 +4,9 @@
 ///
 /// - dense_grad<Axis>: a dense tensor of the parameter's shape, allocated once. It tracks
 ///   the slices along Axis that backward writes, so zero_grad clears only those; a use
-///   whose writes along Axis cannot be listed cheaply marks everything (a full clear).
+///   that writes as many positions along Axis as there are, through an affine map or a
+///   reshape (it reads the whole table, or writes across Axis), marks everything instead:
+///   one full clear. Index vectors are always listed exactly (they may repeat positions).
 /// - sparse_grad<Axis>: slices along Axis, always coalesced: a slot map (int32 per position
 ///   along Axis, allocated once) from slice id to a compact slice. Slots are reserved in a
 ///   serial pre-pass of backward, in first-touch order, so storage is deterministic; the
@@ -22,6 +24,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -49,7 +52,7 @@ namespace detail {
 /// Calls f(offset) for every element offset of slice `id` along `axis` of a tensor with
 /// extents ext and strides st (the innermost loop over the contiguous remaining axis).
 template <std::size_t R, class F>
-void for_each_in_slice(array<index_t, R> const& ext, array<index_t, R> const& st, std::size_t axis,
+constexpr void for_each_in_slice(array<index_t, R> const& ext, array<index_t, R> const& st, std::size_t axis,
                        index_t base, F&& f) {
   coord<R> c{};
   index_t n = 1;
@@ -81,36 +84,39 @@ class dense_grad_storage {
   /// The contiguous axis of the storage (-1 for rank 0).
   static constexpr int unit_axis = rank == 0 ? -1 : int(Layout::template unit_axis<rank>);
 
-  explicit dense_grad_storage(Shape s)
+  constexpr explicit dense_grad_storage(Shape s)
       : g_(s), flag_(std::size_t(s.extent(Axis)), 0) {
     touched_.reserve(std::size_t(s.extent(Axis)));
     strides_ = contiguous_strides<Layout>(s.extents());
   }
 
   /// The gradient as a tensor (zeros where nothing was written).
-  tensor<T, Shape, Layout> const& dense() const { return g_; }
-  tensor<T, Shape, Layout> to_dense() const { return g_; }
-  Shape const& shape() const { return g_.shape(); }
+  constexpr tensor<T, Shape, Layout> const& dense() const { return g_; }
+  constexpr tensor<T, Shape, Layout> to_dense() const { return g_; }
+  constexpr Shape const& shape() const { return g_.shape(); }
 
   // --- used by backward's pre-pass and kernels
-  void touch(index_t id) {
-    if (!flag_[std::size_t(id)]) {
+  constexpr void touch(index_t id) {
+    if (!all_ && !flag_[std::size_t(id)]) {
       flag_[std::size_t(id)] = 1;
       touched_.push_back(id);
     }
   }
-  void touch_all() { all_ = true; }
-  T* data() { return g_.data(); }
-  array<index_t, rank> const& strides() const { return strides_; }
-  index_t slot(index_t id) const { return id; }  // identity: no slot map
+  constexpr void touch_all() { all_ = true; }
+  constexpr T* data() { return g_.data(); }
+  constexpr array<index_t, rank> const& strides() const { return strides_; }
+  constexpr index_t slot(index_t id) const { return id; }  // identity: no slot map
   /// Slices along Axis written since the last zero (all of them after touch_all()).
-  bool all_touched() const { return all_; }
-  std::vector<index_t> const& touched() const { return touched_; }
+  constexpr bool all_touched() const { return all_; }
+  constexpr std::vector<index_t> const& touched() const { return touched_; }
 
   /// Clears what backward wrote: the touched slices, or everything after a full write.
-  void zero() {
+  constexpr void zero() {
     if (all_) {
-      std::memset(static_cast<void*>(g_.data()), 0, std::size_t(g_.size()) * sizeof(T));
+      if (std::is_constant_evaluated())
+        for (index_t k = 0; k < g_.size(); ++k) g_.data()[k] = T(0);
+      else
+        std::memset(static_cast<void*>(g_.data()), 0, std::size_t(g_.size()) * sizeof(T));
       all_ = false;
     } else {
       auto ext = g_.shape().extents();
@@ -146,7 +152,7 @@ class sparse_grad_storage {
     else return Axis == rank - 1 ? int(rank) - 2 : int(rank) - 1;
   }();
 
-  explicit sparse_grad_storage(Shape s) : shape_(s), slot_(std::size_t(s.extent(Axis)), -1) {
+  constexpr explicit sparse_grad_storage(Shape s) : shape_(s), slot_(std::size_t(s.extent(Axis)), -1) {
     // strides inside the compact storage: the layout's order over the other axes, and one
     // slice per slot along Axis
     array<index_t, rank> ext = s.extents();
@@ -159,24 +165,24 @@ class sparse_grad_storage {
   }
   sparse_grad_storage(sparse_grad_storage const&) = delete;
   sparse_grad_storage& operator=(sparse_grad_storage const&) = delete;
-  sparse_grad_storage(sparse_grad_storage&& o) noexcept
+  constexpr sparse_grad_storage(sparse_grad_storage&& o) noexcept
       : shape_(o.shape_), slot_(std::move(o.slot_)), ids_(std::move(o.ids_)),
         data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)),
         slice_size_(o.slice_size_), strides_(o.strides_) {}
-  ~sparse_grad_storage() { release(); }
+  constexpr ~sparse_grad_storage() { release(); }
 
-  Shape const& shape() const { return shape_; }
+  constexpr Shape const& shape() const { return shape_; }
   /// Number of stored slices.
-  index_t size() const { return index_t(ids_.size()); }
+  constexpr index_t size() const { return index_t(ids_.size()); }
   /// Slice id (position along Axis) of slot k, in first-touch order.
-  index_t id(index_t k) const { return ids_[std::size_t(k)]; }
+  constexpr index_t id(index_t k) const { return ids_[std::size_t(k)]; }
   /// Slot of a slice id, or -1.
-  index_t find(index_t id) const { return slot_[std::size_t(id)]; }
+  constexpr index_t find(index_t id) const { return slot_[std::size_t(id)]; }
   /// Pointer to the elements of slot k (slice_elements() of them, in the layout's order).
-  T const* slice_data(index_t k) const { return data_ + k * slice_size_; }
-  index_t slice_elements() const { return slice_size_; }
+  constexpr T const* slice_data(index_t k) const { return data_ + k * slice_size_; }
+  constexpr index_t slice_elements() const { return slice_size_; }
   /// Gradient element at a full coordinate (0 when its slice is not stored).
-  T at(coord<rank> const& c) const {
+  constexpr T at(coord<rank> const& c) const {
     index_t s = slot_[std::size_t(c[Axis])];
     if (s < 0) return T(0);
     index_t off = 0;
@@ -184,7 +190,7 @@ class sparse_grad_storage {
     return data_[off];
   }
   /// The gradient as a dense tensor (allocates it).
-  tensor<T, Shape, Layout> to_dense() const {
+  constexpr tensor<T, Shape, Layout> to_dense() const {
     tensor<T, Shape, Layout> d(shape_);
     auto dv = d.view();
     auto ext = shape_.extents();
@@ -207,50 +213,61 @@ class sparse_grad_storage {
 
   // --- used by backward's pre-pass and kernels
   /// Reserves the slot of slice `id` (zero-filled); serial. May grow the compact storage.
-  index_t reserve(index_t id) {
+  constexpr index_t reserve(index_t id) {
     std::int32_t s = slot_[std::size_t(id)];
     if (s >= 0) return s;
     index_t k = index_t(ids_.size());
     if (k == capacity_) grow();
-    std::memset(static_cast<void*>(data_ + k * slice_size_), 0, std::size_t(slice_size_) * sizeof(T));
+    for (index_t e = 0; e < slice_size_; ++e) std::construct_at(data_ + k * slice_size_ + e, T(0));
     slot_[std::size_t(id)] = std::int32_t(k);
     ids_.push_back(std::int32_t(id));
     return k;
   }
-  void touch(index_t id) { reserve(id); }
-  T* data() { return data_; }
-  array<index_t, rank> const& strides() const { return strides_; }
-  index_t slot(index_t id) const { return slot_[std::size_t(id)]; }
-  std::int32_t const* slot_map() const { return slot_.data(); }
+  constexpr void touch(index_t id) { reserve(id); }
+  constexpr T* data() { return data_; }
+  constexpr array<index_t, rank> const& strides() const { return strides_; }
+  constexpr index_t slot(index_t id) const { return slot_[std::size_t(id)]; }
+  constexpr std::int32_t const* slot_map() const { return slot_.data(); }
 
   /// Forgets the stored slices (keeps the memory for the next backward).
-  void zero() {
+  constexpr void zero() {
     for (std::int32_t i : ids_) slot_[std::size_t(i)] = -1;
     ids_.clear();
   }
   /// Bytes held by the compact storage, slot map and id list.
-  std::size_t bytes() const {
+  constexpr std::size_t bytes() const {
     return std::size_t(capacity_ * slice_size_) * sizeof(T) + slot_.capacity() * sizeof(std::int32_t) +
            ids_.capacity() * sizeof(std::int32_t);
   }
 
  private:
-  void grow() {
+  constexpr void grow() {
     index_t cap = capacity_ ? capacity_ * 2 : 16;
     index_t limit = shape_.extent(Axis);
     if (cap > limit) cap = limit;
-    T* p = static_cast<T*>(::operator new(std::size_t(cap * slice_size_) * sizeof(T),
-                                          std::align_val_t{buffer_alignment}));
+    std::size_t const n = std::size_t(cap * slice_size_);
+    T* p = std::is_constant_evaluated()
+               ? std::allocator<T>{}.allocate(n)
+               : static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{buffer_alignment}));
     if (data_) {
-      std::memcpy(static_cast<void*>(p), data_, std::size_t(capacity_ * slice_size_) * sizeof(T));
+      if (std::is_constant_evaluated())
+        for (index_t e = 0; e < capacity_ * slice_size_; ++e) std::construct_at(p + e, data_[e]);
+      else
+        std::memcpy(static_cast<void*>(p), data_, std::size_t(capacity_ * slice_size_) * sizeof(T));
       release();
     }
     data_ = p;
     capacity_ = cap;
     ids_.reserve(std::size_t(cap));
   }
-  void release() {
-    if (data_) ::operator delete(data_, std::align_val_t{buffer_alignment});
+  constexpr void release() {
+    if (data_) {
+      // storage allocated in constant evaluation is freed there too (it cannot outlive it)
+      if (std::is_constant_evaluated())
+        std::allocator<T>{}.deallocate(data_, std::size_t(capacity_ * slice_size_));
+      else
+        ::operator delete(data_, std::align_val_t{buffer_alignment});
+    }
     data_ = nullptr;
   }
 

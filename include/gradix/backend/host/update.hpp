@@ -57,7 +57,7 @@ namespace detail {
 
 /// Odometer over the axes in Mask of a domain (other coordinates left as they are).
 template <std::size_t R>
-GRADIX_ALWAYS_INLINE bool next_coord(coord<R>& c, array<index_t, R> const& ext, std::uint64_t mask) {
+GRADIX_ALWAYS_INLINE constexpr bool next_coord(coord<R>& c, array<index_t, R> const& ext, std::uint64_t mask) {
   for (std::size_t j = R; j-- > 0;) {
     if (!((mask >> j) & 1)) continue;
     if (++c[j] < ext[j]) return true;
@@ -89,17 +89,22 @@ struct is_direct_lookup<ad::ax_lookup<ad::ax_dom<J>, unique_vec<I>>> : std::true
   static constexpr std::size_t axis = J;
 };
 
+template <class C>
+struct is_reshape_ax : std::false_type {};
+template <class M, std::size_t K, std::size_t RO, std::size_t RI>
+struct is_reshape_ax<ad::ax_reshape<M, K, RO, RI>> : std::true_type {};
+
 /// A storage's addressing, copied into locals: strides and, when sparse, the slot map.
 template <class G>
 struct target_addressing {
   array<index_t, G::rank> st_;
   std::int32_t const* slots_;
-  explicit target_addressing(G const& g) : st_(g.strides()), slots_(nullptr) {
+  constexpr explicit target_addressing(G const& g) : st_(g.strides()), slots_(nullptr) {
     if constexpr (G::sparse) slots_ = g.slot_map();
   }
   /// Offset of target coordinate t (through the slot map along the sparse axis).
   template <std::size_t R>
-  GRADIX_ALWAYS_INLINE index_t offset(coord<R> const& t) const {
+  GRADIX_ALWAYS_INLINE constexpr index_t offset(coord<R> const& t) const {
     index_t off = 0;
     for (std::size_t k = 0; k < R; ++k) {
       index_t x = t[k];
@@ -117,7 +122,7 @@ struct target_addressing {
 /// Pre-pass of one use (serial): reserve sparse slots / mark touched dense slices along the
 /// storage's axis, for every position the use will write.
 template <class Use>
-void prepare(Use const& u) {
+constexpr void prepare(Use const& u) {
   if (!u.target_) return;  // a use that grad() does not want
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
@@ -139,6 +144,18 @@ void prepare(Use const& u) {
     }();
     G& g = *u.target_;
     auto const& comp = get<S>(u.map_);
+    if constexpr (!G::sparse && (ad::injective_ax<C>::value || detail::is_reshape_ax<C>::value)) {
+      // a use that writes at least as many positions along S as there are (a whole-table
+      // use, a reshape across S): mark everything, so zero_grad does one full clear.
+      // (An index vector may repeat positions: its slices are listed exactly, below.)
+      index_t n = 1;
+      for (std::size_t j = 0; j < RD; ++j)
+        if ((mask >> j) & 1) n *= ext[j];
+      if (n >= g.shape().extent(S)) {
+        g.touch_all();
+        return;
+      }
+    }
     if constexpr (detail::is_direct_lookup<C>::value) {
       // the common case, a gather by an index vector along one domain axis: a tight loop
       constexpr std::size_t J = detail::is_direct_lookup<C>::axis;
@@ -305,9 +322,36 @@ void run(Use const& u) {
 }
 
 template <class U1, class U2>
-void prepare(ad::fused_use<U1, U2> const& f) {
+constexpr void prepare(ad::fused_use<U1, U2> const& f) {
   prepare(f.first_);
   prepare(f.second_);
+}
+
+/// Runs one use as a plain serial loop over its whole domain, one element at a time: the
+/// path of constant evaluation (no SIMD, no threads, no scratch memory). Projected axes are
+/// summed element by element, so results equal run()'s up to rounding.
+template <class Use>
+constexpr void run_serial(Use const& u) {
+  if (!u.target_) return;  // a use that grad() does not want
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  constexpr std::size_t RD = K::domain_rank;
+  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
+  auto ext = u.dom_.extents();
+  for (std::size_t j = 0; j < RD; ++j)
+    if (ext[j] == 0) return;
+  ev::evaluator<typename Use::value_expr> const vev(u.v_);
+  detail::target_addressing<G> const addr(*u.target_);
+  T* const data = u.target_->data();
+  coord<RD> d{};
+  do data[addr.offset(ev::map_value(u.map_, d))] += T(vev(d));
+  while (detail::next_coord(d, ext, all_mask));
+}
+template <class U1, class U2>
+constexpr void run_serial(ad::fused_use<U1, U2> const& f) {
+  run_serial(f.first_);
+  run_serial(f.second_);
 }
 
 /// A fused pair (ad/kernel.hpp): one loop nest over the shared domain, v computed once per

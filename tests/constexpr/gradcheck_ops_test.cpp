@@ -1,0 +1,129 @@
+// Compile-time proofs: gx::gradcheck in constant evaluation, one static_assert per op family
+// (static shapes of 16 to 32 elements; inputs inside each function's domain and away from
+// kinks). A wrong gradient here breaks the build of this suite, and GRADIX_STATIC_GRADCHECK
+// makes the compiler print the parameter, the element and both values.
+#include "testing.hpp"
+
+#include <gradix/gradix.hpp>
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+namespace gx = gradix;
+using gx::shape;
+
+namespace {
+
+// 4 x 6 positive values in [0.35, 2.6], none near 1.25, 1.75 or 2.25 (the kinks below)
+constexpr gx::tensor<double, shape<4, 6>> x{
+    0.35, 0.52, 0.61, 0.78, 0.93, 1.04, 1.12, 1.37, 1.46, 1.58, 1.63, 1.91,
+    2.02, 2.11, 2.38, 2.47, 2.56, 2.6,  0.44, 0.69, 0.87, 1.01, 1.49, 2.33};
+constexpr gx::tensor<double, shape<6>> w{0.5, -1.0, 2.0, -0.25, 1.5, 0.75};
+constexpr gx::tensor<float, shape<4, 6>> xf = [] {
+  gx::tensor<float, shape<4, 6>> t{};
+  for (gx::index_t k = 0; k < 24; ++k) t.data()[k] = float(x.data()[k]);
+  return t;
+}();
+
+// Elementwise: every function and operator.
+constexpr auto r_exp_log = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::exp(a * 0.5) + gx::log(a) + gx::sqrt(a) + gx::square(a) - a / (a + 1.0));
+}, x);
+GRADIX_STATIC_GRADCHECK(r_exp_log);
+constexpr auto r_tanh = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::tanh(a - 1.0) * gx::sigmoid(-a) + gx::pow(a, 1.5) + gx::pow(2.0, a) - (-a) * a);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_tanh);
+constexpr auto r_kinks = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::relu(a - 1.25) * a + gx::abs(a - 1.75) + gx::max(a, 2.25) * a +
+                 gx::min(a * a, 1.5));
+}, x);
+GRADIX_STATIC_GRADCHECK(r_kinks);
+// float parameters, float tolerances; two parameters of different ranks
+constexpr auto r_float = gx::gradcheck([](auto const& a, auto const& b) {
+  return gx::sum(gx::exp(a * b * 0.25f) * b);
+}, xf, gx::tensor<float, shape<6>>{0.5f, -1.0f, 2.0f, -0.25f, 1.5f, 0.75f});
+GRADIX_STATIC_GRADCHECK(r_float);
+
+// Broadcasting: a row vector against the matrix, a keep_dims mean against it.
+constexpr auto r_broadcast = gx::gradcheck([](auto const& a, auto const& b) {
+  return gx::sum(gx::square(a * b - gx::mean<1>(a, gx::keep_dims)) +
+                 gx::broadcast_to(b, shape<4, 6>{}) * a);
+}, x, w);
+GRADIX_STATIC_GRADCHECK(r_broadcast);
+
+// Reductions: sum, mean, max (distinct values: no ties), over chosen axes.
+constexpr auto r_reduce = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::square(gx::sum<0>(a))) + gx::mean(gx::exp(a * 0.1)) + gx::max(a * a) +
+         gx::sum(gx::max<1>(a) * gx::mean<1>(a)) + gx::sum(gx::sum<1>(a, gx::keep_dims) * a);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_reduce);
+
+// Gather with repeated indices (rows and columns), at and select. The index data outlives the
+// expressions f returns (an expression views its index vectors).
+constexpr gx::tensor<int, shape<5>> rows{3, 0, 3, 3, 1};
+constexpr gx::tensor<unsigned short, shape<4>> cols{5, 5, 0, 2};
+constexpr gx::tensor<double, shape<4>> v4{1, -2, 3, -4};
+constexpr auto r_gather = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::exp(a(gx::indices(rows), gx::all) * 0.3)) +
+         gx::sum(gx::square(a(gx::at(2), gx::indices(cols)))) + gx::sum(gx::select<1>(a, 4) * v4);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_gather);
+// the same into sparse storage along axis 0
+constexpr auto r_gather_sparse = [] {
+  auto a = gx::param(x, gx::sparse_grad<0>);
+  std::vector<long> idx{2, 2, 0, 2};  // lives until gradcheck returns
+  return gx::gradcheck([&](auto const& p) {
+    return gx::sum(gx::tanh(p(gx::indices(idx), gx::range(0, 6, 2))));
+  }, a);
+}();
+GRADIX_STATIC_GRADCHECK(r_gather_sparse);
+
+// Slices with steps, negative steps.
+constexpr auto r_slice = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::square(gx::slice<1>(a, 1, 6, 2))) +
+         gx::sum(a(gx::range(3, -1, -2), gx::range(5, 0, -3)) * 2.0);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_slice);
+
+// Transpose and permute, unsqueeze.
+constexpr auto r_transpose = gx::gradcheck([](auto const& a, auto const& b) {
+  auto t = gx::transpose(a);  // 6 x 4
+  return gx::sum(gx::exp(t * 0.2) * gx::unsqueeze<1>(b)) +
+         gx::sum(gx::permute<1, 0>(a) * gx::permute<1, 0>(a));
+}, x, w);
+GRADIX_STATIC_GRADCHECK(r_transpose);
+
+// Reshape (logical row-major order), of a tensor and of an expression.
+constexpr gx::tensor<double, shape<3>> v3{1, 2, 3};
+constexpr auto r_reshape = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::reshape(a, shape<8, 3>{}) * v3) +
+         gx::sum(gx::square(gx::reshape(gx::transpose(a), shape<2, 12>{})) *
+                 gx::reshape(gx::exp(a * 0.1), shape<2, 12>{}));
+}, x);
+GRADIX_STATIC_GRADCHECK(r_reshape);
+
+// A composition: a slice of a gather of a transpose, reduced, through elementwise functions.
+constexpr gx::tensor<int, shape<4>> idx4{4, 1, 4, 0};
+constexpr auto r_composition = gx::gradcheck([](auto const& a, auto const& b) {
+  auto g = gx::gather<0>(gx::transpose(a), idx4);  // 4 x 4, rows of a^T
+  auto s = gx::slice<1>(g, 0, 4, 3);                     // 4 x 2
+  return gx::sum(gx::tanh(s * gx::sum<0>(gx::reshape(b, shape<3, 2>{}))) +
+                 gx::slice<0>(gx::sqrt(gx::max<0>(gx::square(a)) + 1.0), 0, 2));
+}, x, w);
+GRADIX_STATIC_GRADCHECK(r_composition);
+
+static_assert(r_exp_log.checked == 24 && r_float.checked == 30 && r_composition.checked == 30);
+
+}  // namespace
+
+TEST_CASE("constexpr gradcheck: the compile-time proofs also pass at run time") {
+  auto rt = gx::gradcheck([](auto const& a) {
+    return gx::sum(gx::exp(a(gx::indices(rows), gx::all) * 0.3));
+  }, x);
+  CHECK(rt.ok());
+  CHECK(r_gather.ok());
+  CHECK(r_exp_log.failures == 0);
+  CHECK(r_composition.parameters == 2);
+}
