@@ -155,6 +155,19 @@ TEST_CASE("backward with a seed whose shape type differs (dynamic extents, same 
   CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::exp(p); }, x, seed);
 }
 
+TEST_CASE("backward with a seed: rank-0 reductions and views under + and - (the seed is a plain view)") {
+  auto x = gx::param(gx::uniform<double>(shape<3, 4>{}, 548, -1.0, 1.0));
+  auto y = gx::param(gx::uniform<double>(shape<2>{}, 549, -1.0, 1.0));
+  auto seed = gx::uniform<double>(shape<2>{}, 550, -1.0, 1.0);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::sum(p) + y; }, x, seed);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::max(p) - y; }, x, seed);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::mean(p * p) + y; }, x, seed);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::cast<double>(gx::sum<0, 1>(p)) - y; }, x, seed);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::select<0>(gx::select<0>(p, 2), 1) + y; }, x, seed);
+  CHECK_NUMGRAD_SEEDED([&](auto& p) { return gx::reshape(gx::slice<0>(p, 1, 2), shape<2, 2>{}) + 0.0; },
+                       x, gx::uniform<double>(shape<2, 2>{}, 551, -1.0, 1.0));
+}
+
 TEST_CASE("backward: a seed of other extents throws and writes nothing") {
   auto x =
       gx::param(gx::uniform<double>(gx::dims(5, gx::fix<3>), 547, -1.0, 1.0), gx::sparse_grad<0>);

@@ -48,6 +48,27 @@ template <class E>
 inline constexpr bool differentiable_v = std::is_floating_point_v<value_type_t<E>>;
 }  // namespace detail
 
+// Every overload is declared before the first definition: an elementwise node pushes into its
+// operands by unqualified call, and with a seed (a plain view) and an empty map none of the
+// arguments is in this namespace, so argument-dependent lookup would not find an overload
+// declared further down (a rank-0 reduction under `+` with backward(e, seed)).
+template <class Op, class A, class D, class V, class M>
+constexpr auto push(unary_node<Op, A> const& n, D const& dom, V const& v, M const& m);
+template <class Op, class L, class R, class D, class V, class M>
+constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M const& m);
+template <class Op, class A, std::uint64_t Mask, bool Keep, class D, class V, class M>
+constexpr auto push(reduce_node<Op, A, Mask, Keep> const& n, D const& dom, V const& v, M const& m);
+template <class A, std::size_t Axis, class Idx, class D, class V, class M>
+constexpr auto push(index_node<A, Axis, Idx> const& n, D const& dom, V const& v, M const& m);
+template <class A, std::size_t... P, class D, class V, class M>
+constexpr auto push(permute_node<A, P...> const& n, D const& dom, V const& v, M const& m);
+template <class A, std::size_t Axis, class D, class V, class M>
+constexpr auto push(unsqueeze_node<A, Axis> const& n, D const& dom, V const& v, M const& m);
+template <class A, class S, class D, class V, class M>
+constexpr auto push(broadcast_node<A, S> const& n, D const& dom, V const& v, M const& m);
+template <class A, class S, class D, class V, class M>
+constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M const& m);
+
 // Leaves and stops.
 template <class T, class S, class L, class Sp, class D, class V, class M>
 constexpr tuple<> push(tensor_view<T, S, L, Sp> const&, D const&, V const&, M const&) {
