@@ -61,10 +61,7 @@ Checks (per graph, tests/random/random_graph.hpp)
 A failure prints the generator seed, the graph id, the run-time seed and the graph (the
 generated statements).
 
-Kept out (gradix 0.1.0): gx::backward(e, seed) when e has a rank-0 reduce, index or view
-node (under + - cast it does not compile: ad/push.hpp declares those push overloads after
-the elementwise ones, so only ADL finds them); such graphs use gx::grad(sum(W * e)).
-Rank-0 shapes are spelled gx::shape<>{} (gx::dims() warns with g++, an error under -Werror).
+Rank-0 shapes are spelled gx::shape<>{}.
 
 Compile time is what limits the count: each graph instantiates gradix's eval and one
 backward pass for its own types, about 0.7-1 s of -O1 code generation per graph.
@@ -753,10 +750,6 @@ class Graph:
         self.mode = rng.choice(['grad', 'grad', 'backward']) if r == 0 else \
             rng.choice(['grad', 'grad', 'seed'])
         self.w_static = rng.random() < 0.5
-        if self.mode == 'seed' and any(n.structural and not n.shape for n in self.nodes):
-            # gx::backward(e, seed) does not compile for a rank-0 reduce/index/view node under
-            # + - cast (see tests/random/meson.build): take the gradient through grad instead
-            self.mode = 'grad'
 
     # ---- C++
     def text(self):
