@@ -35,6 +35,15 @@
 #define GRADIX_ALWAYS_INLINE inline
 #endif
 
+/// GRADIX_FLATTEN: inline every call inside the function (host hot loops whose inner
+/// evaluators g++ would otherwise call out of line, spilling the accumulators they keep in
+/// registers).
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define GRADIX_FLATTEN __attribute__((flatten))
+#else
+#define GRADIX_FLATTEN
+#endif
+
 #define GRADIX_STRINGIFY(x) #x
 
 /// GRADIX_UNROLL(n): unroll the next loop n times (a hint; nothing under nvcc, whose front

@@ -12,8 +12,11 @@
 
 namespace gradix::simd {
 
-/// Bytes per pack: one vector register of the target (32 with AVX, else 16).
-#if defined(__AVX__)
+/// Bytes per pack: one vector register of the target (64 with AVX-512, 32 with AVX, else 16).
+/// The lanes of a sum do not depend on it (eval/reduce.hpp), so neither do its bits.
+#if defined(__AVX512F__)
+inline constexpr int pack_bytes = 64;
+#elif defined(__AVX__)
 inline constexpr int pack_bytes = 32;
 #else
 inline constexpr int pack_bytes = 16;
@@ -39,9 +42,16 @@ GRADIX_ALWAYS_INLINE pack<T, W> load(T const* p) {
   std::memcpy(&r, p, sizeof(r));
   return r;
 }
+/// A pack of W lanes of T at the alignment of T (for stores to unaligned element memory).
+template <class T, int W>
+struct unaligned_pack_type {
+  typedef T type __attribute__((vector_size(sizeof(T) * W), aligned(alignof(T))));
+};
+/// Stores through a pointer of the pack's own type (not memcpy, which g++ treats as a
+/// store that may alias any object, so loop state would be reloaded after every store).
 template <class T, int W>
 GRADIX_ALWAYS_INLINE void store(T* p, pack<T, W> const& v) {
-  std::memcpy(p, &v, sizeof(v));
+  *reinterpret_cast<typename unaligned_pack_type<T, W>::type*>(p) = v;
 }
 template <class T, int W>
 GRADIX_ALWAYS_INLINE pack<T, W> splat(T x) {

@@ -43,7 +43,11 @@ struct scaled_inner {
   using value_type = typename Inner::value_type;
   Inner in_;
   index_t scale_;
-  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const { return in_.elem(i * scale_); }
+  // (the product in unsigned arithmetic: it cannot overflow for a valid i, and g++ then
+  // does not warn that a scalar loop over i might reach an overflowing iteration)
+  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const {
+    return in_.elem(index_t(std::size_t(i) * std::size_t(scale_)));
+  }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {

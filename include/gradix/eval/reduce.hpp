@@ -23,7 +23,9 @@
 #include "gradix/eval/inner.hpp"
 #include "gradix/expr/reduce.hpp"
 
+#include <array>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::ev {
 
@@ -94,6 +96,8 @@ GRADIX_UNROLL(16)
 
 /// Runs tasks 0..n-1 in order on the calling thread (the default executor).
 struct serial_exec {
+  /// Number of threads that run tasks.
+  GRADIX_HOST_DEVICE constexpr index_t workers() const { return 1; }
   template <class F>
   GRADIX_HOST_DEVICE constexpr void operator()(index_t n, F&& f) const {
     for (index_t k = 0; k < n; ++k) f(k);
@@ -157,23 +161,34 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     }
   }
 
-  /// Result of block k of the scheme, for the output element whose base coordinate is a.
-  GRADIX_HOST_DEVICE constexpr value_type block(coord<in_rank> a, index_t k, index_t n,
-                                                index_t bsize) const {
+  /// Start of block k of the scheme: its flat range [f, f1), the offset of its first run
+  /// along the inner axis, and `a` with the block's first row placed on the other reduced
+  /// axes (row-major order, last fastest).
+  GRADIX_HOST_DEVICE constexpr void block_start(coord<in_rank>& a, index_t k, index_t n, index_t bsize,
+                                                index_t& f, index_t& f1, index_t& off) const {
     constexpr std::size_t IA = inner_axis;
     index_t n_in = ext_[IA];
-    index_t f = k * bsize;
-    index_t f1 = f + bsize < n ? f + bsize : n;
-    index_t row = f / n_in, off = f % n_in;
-    // place `row` on the other reduced axes (row-major order, last fastest)
+    f = k * bsize;
+    f1 = f + bsize < n ? f + bsize : n;
+    index_t row = f / n_in;
+    off = f % n_in;
     for (std::size_t j = in_rank; j-- > 0;) {
       if (!reduced(j) || j == IA) continue;
       a[j] = row % ext_[j];
       row /= ext_[j];
     }
+  }
+
+  /// Result of block k of the scheme, for the output element whose base coordinate is a.
+  GRADIX_HOST_DEVICE constexpr value_type block(coord<in_rank> a, index_t k, index_t n,
+                                                index_t bsize) const {
 #if defined(GRADIX_HAS_VECTOR_EXT)
-    if (!std::is_constant_evaluated()) return block_packs(a, f, f1, off);
+    if (!std::is_constant_evaluated()) return block_simd(a, k, n, bsize);
 #endif
+    constexpr std::size_t IA = inner_axis;
+    index_t n_in = ext_[IA];
+    index_t f = 0, f1 = 0, off = 0;
+    block_start(a, k, n, bsize, f, f1, off);
     lanes<Op, acc_type> acc;
     while (f < f1) {
       index_t len = n_in - off < f1 - f ? n_in - off : f1 - f;
@@ -187,66 +202,194 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   }
 
 #if defined(GRADIX_HAS_VECTOR_EXT)
-  /// The same block with the lanes in SIMD registers across the block's runs (a partial
-  /// pack is padded with Op's neutral element, so the bits equal the scalar path's).
-  GRADIX_ALWAYS_INLINE value_type block_packs(coord<in_rank> a, index_t f, index_t f1,
-                                              index_t off) const {
+  // The SIMD path: a block's lanes live in packs (registers) across the block's runs; a
+  // partial pack is padded with Op's neutral element, so the bits equal the scalar path's.
+  static constexpr int pack_l = lanes_v<acc_type>;
+  static constexpr int pack_w = simd::width<acc_type> < pack_l ? simd::width<acc_type> : pack_l;
+  static constexpr int pack_n = pack_l / pack_w;  // lane q*W + w is lane w of pack q
+  /// Blocks run interleaved in groups of `group` (each block in its own order: the same
+  /// bits), for independent dependency chains and loads shared between the group's runs
+  /// (an operand that does not change along the reduced rows is read once for the group).
+  /// As many as fit in registers: 4 with 2 packs of lanes per block (AVX-512), 2 with 4
+  /// (AVX), else 1.
+  static constexpr int group = pack_n <= 2 ? 4 : pack_n <= 4 ? 2 : 1;
+  static constexpr index_t static_in = [] {
+    if constexpr (inner_axis < in_rank) return extent_v<SA, inner_axis>;
+    else return dyn;
+  }();
+  /// The inner extent is static and a multiple of the lane count: whole runs have a
+  /// constant trip count and no tail.
+  static constexpr bool static_runs = static_in != dyn && static_in % pack_l == 0;
+
+  /// Where a block in progress stands (its lanes are a separate local array, so that they
+  /// stay in registers).
+  struct cursor {
+    coord<in_rank> a_;
+    index_t f_, f1_, off_;
+    GRADIX_ALWAYS_INLINE bool active() const { return f_ < f1_; }
+  };
+  template <class P>
+  GRADIX_ALWAYS_INLINE static void start(P* acc) {
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q) acc[q] = simd::splat<acc_type, pack_w>(Op::template identity<acc_type>());
+  }
+  GRADIX_ALWAYS_INLINE index_t n_inner() const {
+    return static_in != dyn ? static_in : ext_[inner_axis];
+  }
+  /// Length of the cursor's next run.
+  GRADIX_ALWAYS_INLINE index_t run_length(cursor const& c) const {
+    index_t n_in = n_inner();
+    return n_in - c.off_ < c.f1_ - c.f_ ? n_in - c.off_ : c.f1_ - c.f_;
+  }
+  GRADIX_ALWAYS_INLINE void advance(cursor& c, index_t len) const {
+    c.f_ += len;
+    c.off_ = 0;
+    next_row(c.a_);
+  }
+  /// Adds elements j .. j + L - 1 of a run.
+  template <class P, class In>
+  GRADIX_ALWAYS_INLINE static void add_full(P* acc, In const& in, index_t j) {
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q)
+      acc[q] = Op::combine(acc[q], pack_as<acc_type, pack_w>(in, j + q * pack_w));
+  }
+  /// Adds the last rem (< L) elements of a run, from j on.
+  template <class P, class In>
+  GRADIX_ALWAYS_INLINE static void add_tail(P* acc, In const& in, index_t j, index_t rem) {
     using T = acc_type;
-    constexpr std::size_t IA = inner_axis;
-    constexpr int L = lanes_v<T>;
-    constexpr int W = simd::width<T> < L ? simd::width<T> : L;
-    constexpr int NP = L / W;
-    using P = simd::pack<T, W>;
-    constexpr index_t static_in = extent_v<SA, IA>;
-    index_t const n_in = static_in != dyn ? static_in : ext_[IA];
-    P acc[NP];
     GRADIX_UNROLL(16)
-    for (int q = 0; q < NP; ++q) acc[q] = simd::splat<T, W>(Op::template identity<T>());
-    while (f < f1) {
-      index_t len = n_in - off < f1 - f ? n_in - off : f1 - f;
-      a[IA] = off;
-      auto in = arg_.template outer<int(IA)>(a);
-      if constexpr (static_in != dyn && static_in % L == 0) {
-        if (len == static_in) {  // a whole run of a static extent: a constant trip count
-          GRADIX_UNROLL(8)
-          for (index_t jj = 0; jj < static_in; jj += L) {
-            GRADIX_UNROLL(16)
-            for (int q = 0; q < NP; ++q)
-              acc[q] = Op::combine(acc[q], pack_as<T, W>(in, jj + q * W));
-          }
-          f += len;
-          off = 0;
-          next_row(a);
-          continue;
-        }
+    for (int q = 0; q < pack_n; ++q) {
+      index_t lo = q * pack_w;
+      if (lo < rem) {
+        P t = simd::splat<T, pack_w>(Op::template pad<T>());
+        index_t m = rem - lo < pack_w ? rem - lo : pack_w;
+        for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
+        acc[q] = Op::combine(acc[q], t);
       }
-      index_t j = 0;
-      for (; j + L <= len; j += L) {
-        GRADIX_UNROLL(16)
-        for (int q = 0; q < NP; ++q)
-          acc[q] = Op::combine(acc[q], pack_as<T, W>(in, j + q * W));
-      }
-      index_t rem = len - j;
-      if (rem > 0) {
-        GRADIX_UNROLL(16)
-        for (int q = 0; q < NP; ++q) {
-          index_t lo = q * W;
-          if (lo < rem) {
-            P t = simd::splat<T, W>(Op::template pad<T>());
-            index_t m = rem - lo < W ? rem - lo : W;
-            for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
-            acc[q] = Op::combine(acc[q], t);
-          }
-        }
-      }
-      f += len;
-      off = 0;
-      next_row(a);
     }
-    lanes<Op, T> l;
+  }
+  /// Inner evaluators of the next runs of G cursors (their a_ already set).
+  template <int G>
+  GRADIX_ALWAYS_INLINE auto inners(cursor const* c) const {
+    return [&]<int... g>(std::integer_sequence<int, g...>) {
+      return std::array<decltype(arg_.template outer<int(inner_axis)>(c[0].a_)), std::size_t(G)>{
+          {arg_.template outer<int(inner_axis)>(c[g].a_)...}};
+    }(std::make_integer_sequence<int, G>{});
+  }
+  /// Number of whole runs of a static inner extent that the cursor can take next in the
+  /// fast loop (0 when runs are not static, or the cursor is inside a run).
+  GRADIX_ALWAYS_INLINE index_t whole_runs(cursor const& c) const {
+    if constexpr (static_runs) return c.off_ == 0 ? (c.f1_ - c.f_) / static_in : 0;
+    else return 0;
+  }
+  /// Takes m whole runs of the static inner extent from each of G cursors, interleaved.
+  template <int G, class P>
+  GRADIX_ALWAYS_INLINE void take_whole(cursor* c, P (*acc)[pack_n], index_t m) const {
+    if constexpr (static_runs) {
+      constexpr std::size_t IA = inner_axis;
+      GRADIX_UNROLL(8)
+      for (int g = 0; g < G; ++g) c[g].a_[IA] = 0;
+      for (index_t r = 0; r < m; ++r) {
+        auto in = inners<G>(c);
+        GRADIX_UNROLL(8)
+        for (index_t jj = 0; jj < static_in; jj += pack_l) {
+          GRADIX_UNROLL(8)
+          for (int g = 0; g < G; ++g) add_full(acc[g], in[std::size_t(g)], jj);
+        }
+        GRADIX_UNROLL(8)
+        for (int g = 0; g < G; ++g) next_row(c[g].a_);
+      }
+      GRADIX_UNROLL(8)
+      for (int g = 0; g < G; ++g) c[g].f_ += m * static_in;
+    }
+  }
+  /// Processes the next run (of length len) of each of G cursors, interleaved.
+  template <int G, class P>
+  GRADIX_ALWAYS_INLINE void step(cursor* c, P (*acc)[pack_n], index_t len) const {
+    constexpr std::size_t IA = inner_axis;
+    constexpr index_t L = pack_l;
+    GRADIX_UNROLL(8)
+    for (int g = 0; g < G; ++g) c[g].a_[IA] = c[g].off_;
+    auto in = inners<G>(c);
+    index_t j = 0;
+    for (; j + L <= len; j += L) {
+      GRADIX_UNROLL(8)
+      for (int g = 0; g < G; ++g) add_full(acc[g], in[std::size_t(g)], j);
+    }
+    if (len - j > 0) {
+      GRADIX_UNROLL(8)
+      for (int g = 0; g < G; ++g) add_tail(acc[g], in[std::size_t(g)], j, len - j);
+    }
+    GRADIX_UNROLL(8)
+    for (int g = 0; g < G; ++g) advance(c[g], len);
+  }
+  /// Runs one cursor to the end of its block.
+  template <class P>
+  GRADIX_ALWAYS_INLINE void drain(cursor& c, P (&acc)[pack_n]) const {
+    while (c.active()) {
+      if (index_t m = whole_runs(c); m > 0) take_whole<1>(&c, &acc, m);
+      else step<1>(&c, &acc, run_length(c));
+    }
+  }
+  /// Combines a finished cursor's lanes by the scheme's tree.
+  template <class P>
+  GRADIX_ALWAYS_INLINE static value_type finish(P const* acc) {
+    lanes<Op, acc_type> l;
     GRADIX_UNROLL(16)
-    for (int q = 0; q < NP; ++q) simd::store<T, W>(l.v_ + q * W, acc[q]);
+    for (int q = 0; q < pack_n; ++q) simd::store<acc_type, pack_w>(l.v_ + q * pack_w, acc[q]);
     return l.result();
+  }
+  /// Block k alone (the SIMD path of block()).
+  GRADIX_FLATTEN value_type block_simd(coord<in_rank> a, index_t k, index_t n, index_t bsize) const {
+    using P = simd::pack<acc_type, pack_w>;
+    cursor c{a, 0, 0, 0};
+    block_start(c.a_, k, n, bsize, c.f_, c.f1_, c.off_);
+    P acc[pack_n];
+    start(acc);
+    drain(c, acc);
+    return finish(acc);
+  }
+  /// Blocks k0 .. k0 + group - 1, interleaved: out[g] gets the result of block k0 + g, the
+  /// same bits as block(a, k0 + g, ...).
+  GRADIX_FLATTEN void block_group(coord<in_rank> const& a, index_t k0, index_t n, index_t bsize,
+                                  value_type* out) const {
+    constexpr int G = group;
+    using P = simd::pack<acc_type, pack_w>;
+    cursor c[G];
+    P acc[G][pack_n];
+    GRADIX_UNROLL(8)
+    for (int g = 0; g < G; ++g) {
+      c[g] = cursor{a, 0, 0, 0};
+      block_start(c[g].a_, k0 + g, n, bsize, c[g].f_, c[g].f1_, c[g].off_);
+      start(acc[g]);
+    }
+    for (;;) {
+      bool all = true;
+      index_t m = whole_runs(c[0]);
+      index_t len = run_length(c[0]);
+      bool same = true;
+      GRADIX_UNROLL(8)
+      for (int g = 0; g < G; ++g) {
+        all = all && c[g].active();
+        index_t mg = whole_runs(c[g]);
+        m = mg < m ? mg : m;
+        same = same && run_length(c[g]) == len;
+      }
+      if (!all) break;
+      if (m > 0) {
+        take_whole<G>(c, acc, m);
+      } else if (same) {
+        step<G>(c, acc, len);
+      } else {
+        GRADIX_UNROLL(8)
+        for (int g = 0; g < G; ++g) step<1>(&c[g], &acc[g], run_length(c[g]));
+      }
+    }
+    GRADIX_UNROLL(8)
+    for (int g = 0; g < G; ++g) {
+      drain(c[g], acc[g]);
+      out[g] = finish(acc[g]);
+    }
   }
 #endif
 
@@ -272,7 +415,26 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
         r = block(a, 0, n, bsize);
       } else {
         value_type part[max_blocks] = {};
-        exec(nblocks, [&](index_t k) { part[k] = block(a, k, n, bsize); });
+        bool grouped = false;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if constexpr (group > 1) {
+          // tasks of `group` blocks (the last ones alone), unless that would leave threads
+          // idle
+          if (!std::is_constant_evaluated() && nblocks >= group * 2 * exec.workers()) {
+            index_t ngroups = nblocks / group;
+            exec(ngroups + (nblocks - ngroups * group), [&](index_t t) {
+              if (t < ngroups) {
+                block_group(a, t * group, n, bsize, part + t * group);
+              } else {
+                index_t k = ngroups * group + (t - ngroups);
+                part[k] = block(a, k, n, bsize);
+              }
+            });
+            grouped = true;
+          }
+        }
+#endif
+        if (!grouped) exec(nblocks, [&](index_t k) { part[k] = block(a, k, n, bsize); });
         r = part[0];
         for (index_t k = 1; k < nblocks; ++k) r = Op::combine(r, part[k]);
       }

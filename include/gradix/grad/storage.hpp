@@ -102,6 +102,8 @@ class dense_grad_storage {
       touched_.push_back(id);
     }
   }
+  /// Has slice `id` been touched since the last zero (everything has after touch_all())?
+  constexpr bool is_touched(index_t id) const { return all_ || flag_[std::size_t(id)] != 0; }
   constexpr void touch_all() { all_ = true; }
   constexpr T* data() { return g_.data(); }
   constexpr array<index_t, rank> const& strides() const { return strides_; }
@@ -224,6 +226,8 @@ class sparse_grad_storage {
     return k;
   }
   constexpr void touch(index_t id) { reserve(id); }
+  /// Is a slot reserved for slice `id`?
+  constexpr bool is_touched(index_t id) const { return slot_[std::size_t(id)] >= 0; }
   constexpr T* data() { return data_; }
   constexpr array<index_t, rank> const& strides() const { return strides_; }
   constexpr index_t slot(index_t id) const { return slot_[std::size_t(id)]; }

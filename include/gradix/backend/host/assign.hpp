@@ -71,6 +71,8 @@ void parallel_ranges(index_t n, Body&& body, index_t grain = parallel_min_elemen
 
 /// Executor that runs the blocks of a reduction on the thread pool.
 struct pool_exec {
+  /// Number of threads that run tasks.
+  index_t workers() const { return index_t(pool().size()); }
   template <class F>
   void operator()(index_t n, F&& f) const {
     pool().run(n, f);

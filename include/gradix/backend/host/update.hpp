@@ -158,11 +158,17 @@ constexpr void prepare(Use const& u) {
     }
     if constexpr (detail::is_direct_lookup<C>::value) {
       // the common case, a gather by an index vector along one domain axis: a tight loop
+      // (the map's state copied into locals, which touch() cannot modify; touch() itself
+      // runs only for positions not yet touched)
       constexpr std::size_t J = detail::is_direct_lookup<C>::axis;
-      auto const& in = comp.inner_;
+      auto const idx = comp.idx_;
+      index_t const off = comp.off_, scale = comp.scale_;
+      index_t const in_off = comp.inner_.off_, in_scale = comp.inner_.scale_;
       index_t const n = ext[J];
-      for (index_t k = 0; k < n; ++k)
-        g.touch(comp.off_ + comp.scale_ * comp.idx_(in.off_ + in.scale_ * k));
+      for (index_t k = 0; k < n; ++k) {
+        index_t id = off + scale * idx(in_off + in_scale * k);
+        if (!g.is_touched(id)) g.touch(id);
+      }
     } else {
       coord<RD> d{};
       do {
@@ -225,8 +231,10 @@ void run(Use const& u) {
     [[maybe_unused]] T const mul = mult;
     T* tp = data + addr.offset(ev::map_value(map, o));
     if constexpr (I < 0) {
-      if constexpr (P == 0 || K::collapses_projected) {
+      if constexpr (K::collapses_projected) {
         *tp += T(vev(o)) * mul;
+      } else if constexpr (P == 0) {
+        *tp += T(vev(o));
       } else {
         VT acc{};
         coord<RD> d = o;
@@ -248,7 +256,14 @@ void run(Use const& u) {
           }
         }
 #endif
-        for (; i < nin; ++i) tp[i * ts] += T(in.elem(i)) * mul;
+        // no `* mul` unless collapsed (mul is 1 then): g++ may contract a product in v with
+        // the addition, and must do so as in the pack loop above and the fused kernel
+        // below, so that every path gives the same bits
+        for (T* q = tp + i * ts; i < nin; ++i, q += ts) {
+          T x = T(in.elem(i));
+          if constexpr (K::collapses_projected) x *= mul;
+          *q += x;
+        }
       } else {
         // register tile over the inner axis, summed over the projected axes, written once
         // (the whole inner extent when it is static and at most 16 packs)
@@ -408,8 +423,39 @@ void run(ad::fused_use<U1, U2> const& f) {
   auto const map_a = ua.map_;
   detail::target_addressing<GA> const addr_a(*ua.target_);
   TA* const data_a = ua.target_->data();
-  TB row[max_row] = {};
   constexpr int W = simd::width<TA>;
+  TB* const tb = ub.target_->data() + detail::target_addressing<GB>(*ub.target_).offset(
+                                          ev::map_value(ub.map_, coord<RD>{}));
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  // A static inner extent of at most 16 packs: the row lives in registers (the same
+  // additions, in the same order, as the row in memory below).
+  constexpr index_t static_in = extent_v<typename UA::domain_type, std::size_t(I)>;
+  if constexpr (std::is_same_v<TA, TB> && static_in != dyn && static_in % W == 0 &&
+                static_in <= 16 * W) {
+    constexpr int NQ = int(static_in / W);
+    using P = simd::pack<TA, W>;
+    P racc[NQ];
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NQ; ++q) racc[q] = simd::splat<TA, W>(TA(0));
+    coord<RD> o{};
+    do {
+      TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
+      auto in = vev.template outer<I>(o);
+      GRADIX_UNROLL(16)
+      for (int q = 0; q < NQ; ++q) {
+        auto x = ev::pack_as<TA, W>(in, q * W);
+        simd::store<TA, W>(tp + q * W, simd::load<TA, W>(tp + q * W) + x);
+        racc[q] += x;
+      }
+    } while (detail::next_coord(o, ext, O));
+    TA row[static_in];
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NQ; ++q) simd::store<TA, W>(row + q * W, racc[q]);
+    for (int i = 0; i < int(static_in); ++i) tb[i * tsb] += row[i];
+    return;
+  }
+#endif
+  TB row[max_row] = {};
   coord<RD> o{};
   do {
     TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
@@ -433,8 +479,6 @@ void run(ad::fused_use<U1, U2> const& f) {
 #endif
     for (int i = 0; i < n_row; ++i) add(i);
   } while (detail::next_coord(o, ext, O));
-  TB* tb = ub.target_->data() + detail::target_addressing<GB>(*ub.target_).offset(
-                                    ev::map_value(ub.map_, coord<RD>{}));
   for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
 }
 
