@@ -7,22 +7,13 @@
 
 #include <vector>
 
+#include "wrong_ops.hpp"
+
 namespace gx = gradix;
+using gx::testing::square_half_derivative;
 using gx::shape;
 
 namespace {
-
-/// A test-only op: y = x^2 with derivative x (half the true one).
-struct square_half_derivative {
-  template <class T>
-  static constexpr T value(T x) {
-    return x * x;
-  }
-  template <class T>
-  static constexpr T d_arg(T x, T) {
-    return x;
-  }
-};
 
 constexpr gx::tensor<double, shape<2, 3>> x0{0.5, 1, 1.5, 2, 2.5, 3};
 constexpr gx::tensor<float, shape<3>> y0{0.1f, -0.2f, 0.3f};

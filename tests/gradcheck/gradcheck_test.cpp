@@ -14,35 +14,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "wrong_ops.hpp"
+
 namespace gx = gradix;
+using gx::testing::square_half_derivative;
+using gx::testing::square_wrong_at_2;
 using gx::dyn;
 using gx::shape;
 
 namespace {
-
-/// A test-only op: y = x^2 with a wrong derivative at x == 2 (0 instead of 4) and the right
-/// one (2x) elsewhere.
-struct square_wrong_at_2 {
-  template <class T>
-  static constexpr T value(T x) {
-    return x * x;
-  }
-  template <class T>
-  static constexpr T d_arg(T x, T) {
-    return x == T(2) ? T(0) : x + x;
-  }
-};
-/// y = x^2 with derivative x (half the true one) everywhere.
-struct square_half_derivative {
-  template <class T>
-  static constexpr T value(T x) {
-    return x * x;
-  }
-  template <class T>
-  static constexpr T d_arg(T x, T) {
-    return x;
-  }
-};
 
 template <class X>
 auto square_wrong(X const& x) {

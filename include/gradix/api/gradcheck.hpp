@@ -144,7 +144,6 @@ struct gradcheck_result {
 namespace detail {
 
 constexpr double gc_abs(double x) { return x < 0 ? -x : x; }
-constexpr bool gc_isnan(double x) { return x != x; }
 
 template <class P>
 constexpr std::size_t gc_rank() {
@@ -198,7 +197,7 @@ constexpr gradcheck_tolerance gc_tolerance(gradcheck_options const& o) {
 
 /// err / tol, with a NaN error (or a non-zero error against a zero tolerance) as +infinity.
 constexpr double gc_ratio(double err, double tol) {
-  if (gc_isnan(err)) return std::numeric_limits<double>::infinity();
+  if (math::detail::cisnan(err)) return std::numeric_limits<double>::infinity();
   if (tol > 0) return err / tol;
   return err > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
@@ -220,6 +219,26 @@ constexpr auto gc_analytic(F const& f, P const&... p) {
 /// logical row-major order): uniform in [-1, 1) from gradix's counter-based generator.
 constexpr double gc_direction(std::uint64_t seed, int direction, std::uint64_t counter) {
   return 2.0 * rng::uniform01(rng::bits(seed, std::uint64_t(direction)), counter) - 1.0;
+}
+
+/// Counts one comparison (a NaN error fails it) and, when its error over tolerance is the
+/// worst so far, records its values in res and returns true (the caller records where).
+template <std::size_t R>
+constexpr bool gc_tally(gradcheck_result<R>& res, double& worst, double analytic, double numeric,
+                        double err, double tol) {
+  ++res.checked;
+  if (!(err <= tol)) {
+    ++res.failures;
+    res.passed = false;
+  }
+  double const q = gc_ratio(err, tol);
+  if (!(q > worst)) return false;
+  worst = q;
+  res.analytic = analytic;
+  res.numeric = numeric;
+  res.error = err;
+  res.tolerance = tol;
+  return true;
 }
 
 template <std::size_t R, class... P, class... D, class E, std::size_t... I>
@@ -247,24 +266,12 @@ constexpr void gc_elements(gradcheck_result<R>& res, gradcheck_options const& o,
       double const an = gc_grad_at(g, c);
       double const err = gc_abs(an - num);
       double const t = tol.atol + tol.rtol * std::max(gc_abs(an), gc_abs(num)) + gc_noise(fp, fm, xp - xm);
-      bool const pass = err <= t;
-      ++res.checked;
-      if (!pass) {
-        ++res.failures;
-        res.passed = false;
-      }
-      double const r = gc_ratio(err, t);
-      if (r > worst) {
-        worst = r;
+      if (gc_tally(res, worst, an, num, err, t)) {
         res.parameter = int(J);
         res.rank = int(s.rank);
         res.index = coord<R>{};
         for (std::size_t a = 0; a < s.rank; ++a) res.index[a] = c[a];
         res.element = k;
-        res.analytic = an;
-        res.numeric = num;
-        res.error = err;
-        res.tolerance = t;
       }
     }
   };
@@ -337,21 +344,7 @@ constexpr void gc_directions(gradcheck_result<R>& res, gradcheck_options const& 
     double const t = tol.atol * math::detail::csqrt(vv) +
                      tol.rtol * std::max({math::detail::csqrt(gvgv), gc_abs(dot), gc_abs(num)}) +
                      gc_noise(fp, fm, 2 * h);
-    bool const pass = err <= t;
-    ++res.checked;
-    if (!pass) {
-      ++res.failures;
-      res.passed = false;
-    }
-    double const q = gc_ratio(err, t);
-    if (q > worst) {
-      worst = q;
-      res.direction = r;
-      res.analytic = dot;
-      res.numeric = num;
-      res.error = err;
-      res.tolerance = t;
-    }
+    if (gc_tally(res, worst, dot, num, err, t)) res.direction = r;
   }
 }
 

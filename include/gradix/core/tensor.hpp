@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <new>
 #include <span>
 #include <type_traits>
@@ -27,6 +28,20 @@ inline constexpr std::size_t inline_storage_bytes = 4096;
 inline constexpr std::size_t buffer_alignment = 64;
 
 namespace detail {
+
+/// Uninitialised memory for n elements of T at buffer_alignment; in constant evaluation
+/// (where the aligned operator new cannot be called) from std::allocator. Free it with
+/// deallocate_buffer in the same kind of evaluation.
+template <class T>
+constexpr T* allocate_buffer(std::size_t n) {
+  if (std::is_constant_evaluated()) return std::allocator<T>{}.allocate(n);
+  return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{buffer_alignment}));
+}
+template <class T>
+constexpr void deallocate_buffer(T* p, std::size_t n) {
+  if (std::is_constant_evaluated()) std::allocator<T>{}.deallocate(p, n);
+  else ::operator delete(p, std::align_val_t{buffer_alignment});
+}
 
 struct uninit_t {
   explicit constexpr uninit_t() = default;
@@ -57,8 +72,7 @@ class heap_storage {
     for (index_t i = 0; i < n; ++i) p_[i] = T{};
   }
   heap_storage(index_t n, uninit_t) : n_(n) {
-    if (n > 0) p_ = static_cast<T*>(::operator new(std::size_t(n) * sizeof(T),
-                                                   std::align_val_t{buffer_alignment}));
+    if (n > 0) p_ = detail::allocate_buffer<T>(std::size_t(n));
   }
   heap_storage(heap_storage const& o) : heap_storage(o.n_, uninit) {
     for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
@@ -83,7 +97,7 @@ class heap_storage {
     return *this;
   }
   ~heap_storage() {
-    if (p_) ::operator delete(p_, std::align_val_t{buffer_alignment});
+    if (p_) detail::deallocate_buffer(p_, std::size_t(n_));
   }
   T* ptr() { return p_; }
   T const* ptr() const { return p_; }

@@ -250,9 +250,7 @@ class sparse_grad_storage {
     index_t limit = shape_.extent(Axis);
     if (cap > limit) cap = limit;
     std::size_t const n = std::size_t(cap * slice_size_);
-    T* p = std::is_constant_evaluated()
-               ? std::allocator<T>{}.allocate(n)
-               : static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{buffer_alignment}));
+    T* p = detail::allocate_buffer<T>(n);
     if (data_) {
       if (std::is_constant_evaluated())
         for (index_t e = 0; e < capacity_ * slice_size_; ++e) std::construct_at(p + e, data_[e]);
@@ -265,13 +263,8 @@ class sparse_grad_storage {
     ids_.reserve(std::size_t(cap));
   }
   constexpr void release() {
-    if (data_) {
-      // storage allocated in constant evaluation is freed there too (it cannot outlive it)
-      if (std::is_constant_evaluated())
-        std::allocator<T>{}.deallocate(data_, std::size_t(capacity_ * slice_size_));
-      else
-        ::operator delete(data_, std::align_val_t{buffer_alignment});
-    }
+    // (storage allocated in constant evaluation is freed there too: it cannot outlive it)
+    if (data_) detail::deallocate_buffer(data_, std::size_t(capacity_ * slice_size_));
     data_ = nullptr;
   }
 
