@@ -6,31 +6,27 @@
 /// storage) or marks touched slices (dense storage) for every update kernel; this is the
 /// only place storage may grow. Then the kernels run, in a fixed order (the order of the
 /// parameter uses in the expression, left to right), adding into the storage; they never
-/// allocate. Index operands were validated when the expression was built, so nothing can
-/// fail half-way.
+/// allocate. Index operands were validated when the expression was built, and the pre-pass
+/// is undone if it fails, so a throwing call leaves parameters and gradients as they were
+/// (docs/reliability.md).
 
 #include "gradix/ad/plan.hpp"
+#include "gradix/api/checks.hpp"
 #include "gradix/api/eval.hpp"
 #include "gradix/api/param.hpp"
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 
+#include <algorithm>
 #include <memory>
+#include <new>
 #include <tuple>
 #include <type_traits>
 
 namespace gradix {
 
 namespace detail {
-template <class Plan>
-constexpr void run_plan(Plan const& p) {
-  for_each_element(p, [](auto const& u) { host::prepare(u); });
-  if (std::is_constant_evaluated())
-    for_each_element(p, [](auto const& u) { host::run_serial(u); });
-  else
-    for_each_element(p, [](auto const& u) { host::run(u); });
-}
 /// Calls f on each plain use of a plan element (both parts of a fused pair).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
@@ -41,30 +37,63 @@ constexpr void for_each_use(U& u, F&& f) {
     f(u);
   }
 }
+
+/// Runs a plan in two phases (strong guarantee). First, with every target storage marked
+/// busy (a concurrent call on the same parameter throws) and its tracking state recorded,
+/// the serial pre-pass reserves slots, marks touched slices and reserves the kernels'
+/// scratch; if that fails (out of memory), the storages are restored and the error is a
+/// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
+template <class Plan>
+constexpr void run_plan(Plan const& p, char const* op) {
+  storage_guard<2 * Plan::size> guard(op);
+  for_each_element(p, [&](auto const& pu) {
+    for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
+  });
+  if (std::is_constant_evaluated()) {
+    for_each_element(p, [](auto const& u) { host::prepare(u); });
+    for_each_element(p, [](auto const& u) { host::run_serial(u); });
+    return;
+  }
+  try {
+    for_each_element(p, [](auto const& u) { host::prepare(u); });
+    std::size_t need = 0;
+    for_each_element(p, [&](auto const& u) { need = std::max(need, host::scratch_bytes(u)); });
+    host::scratch().reserve(need);
+  } catch (std::bad_alloc const&) {
+    guard.rollback();
+    fail(op, ": out of memory in the pre-pass (gradients unchanged)");
+  } catch (...) {
+    guard.rollback();
+    throw;
+  }
+  for_each_element(p, [](auto const& u) { host::run(u); });
+}
+
 }  // namespace detail
 
 /// Evaluates the rank-0 expression e, adds d e / d p into the gradient of every parameter p
 /// that e reads, and returns the value.
 template <operand E>
 constexpr auto backward(E const& e_in) {
-  auto e = detail::as_node(e_in);
+  auto e = detail::prepared_node(e_in, "gradix::backward");
   auto v = host::value(e);
-  detail::run_plan(ad::plan(e));
+  detail::run_plan(ad::plan(e), "gradix::backward");
   return v;
 }
 
 /// Like backward(e), without computing the value.
 template <operand E>
 constexpr void backward_only(E const& e_in) {
-  detail::run_plan(ad::plan(detail::as_node(e_in)));
+  detail::run_plan(ad::plan(detail::prepared_node(e_in, "gradix::backward_only")),
+                   "gradix::backward_only");
 }
 
 /// Adds seed-weighted gradients of a non-scalar e: d <seed, e> / d p. The seed is a tensor
 /// or view of e's shape (gradix::error otherwise).
 template <operand E, operand S>
 constexpr void backward(E const& e_in, S const& seed_in) {
-  auto e = detail::as_node(e_in);
-  auto seed = detail::as_node(seed_in);
+  auto e = detail::prepared_node(e_in, "gradix::backward");
+  auto seed = detail::prepared_node(seed_in, "gradix::backward");
   static_assert(shape_of_t<decltype(seed)>::rank == shape_of_t<decltype(e)>::rank,
                 "gradix::backward: the seed must have the expression's rank");
   if (!(seed.shape() == e.shape()))
@@ -72,9 +101,10 @@ constexpr void backward(E const& e_in, S const& seed_in) {
                  " differs from expression shape ", to_string(e.shape()));
   using ES = shape_of_t<decltype(e)>;
   if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
-    detail::run_plan(ad::plan(e, seed));
+    detail::run_plan(ad::plan(e, seed), "gradix::backward");
   } else {  // same extents (checked above), another shape type: view it with e's
-    detail::run_plan(ad::plan(e, broadcast_node<decltype(seed), ES>{seed, e.shape()}));
+    detail::run_plan(ad::plan(e, broadcast_node<decltype(seed), ES>{seed, e.shape()}),
+                     "gradix::backward");
   }
 }
 
@@ -84,7 +114,7 @@ constexpr void backward(E const& e_in, S const& seed_in) {
 /// parameter: its gradient; several: a std::tuple of them.
 template <operand E, parameter_object... P>
 constexpr auto grad(E const& e_in, P const&... params) {
-  auto e = detail::as_node(e_in);
+  auto e = detail::prepared_node(e_in, "gradix::grad");
   {
     void const* addr[] = {static_cast<void const*>(&params.grad())...};
     for (std::size_t a = 0; a < sizeof...(P); ++a)
@@ -93,7 +123,13 @@ constexpr auto grad(E const& e_in, P const&... params) {
           detail::fail("gradix::grad: parameter ", a, " and parameter ", b,
                        " are the same parameter; give each parameter once");
   }
-  std::tuple<typename P::storage_type...> out(typename P::storage_type(params.shape())...);
+  auto out = [&] {
+    try {
+      return std::tuple<typename P::storage_type...>(typename P::storage_type(params.shape())...);
+    } catch (std::bad_alloc const&) {
+      detail::fail("gradix::grad: out of memory allocating the returned gradients");
+    }
+  }();
   auto p = ad::plan(e);
   for_each_element(p, [&](auto& pu) { detail::for_each_use(pu, [&](auto& u) {
     using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
@@ -110,14 +146,18 @@ constexpr auto grad(E const& e_in, P const&... params) {
     }(std::index_sequence_for<P...>{});
     u.target_ = redirected;  // uses of other parameters are skipped
   }); });
-  detail::run_plan(p);
+  detail::run_plan(p, "gradix::grad");
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;
 }
 
-/// Clears the gradients of the given parameters (only what backward wrote).
+/// Clears the gradients of the given parameters (only what backward wrote). Throws
+/// gradix::error, clearing nothing, when another thread is in a backward or zero_grad on
+/// one of them.
 template <parameter_object... P>
 constexpr void zero_grad(P&... params) {
+  detail::storage_guard<sizeof...(P)> guard("gradix::zero_grad");
+  (guard.take(&params.grad()), ...);
   (params.grad().zero(), ...);
 }
 

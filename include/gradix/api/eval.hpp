@@ -3,6 +3,7 @@
 /// Running expressions on the host: eval (to a new tensor), assign (into an existing tensor
 /// or view), value (a rank-0 result).
 
+#include "gradix/api/checks.hpp"
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
@@ -51,21 +52,31 @@ using result_layout_t =
 
 /// Evaluates e elementwise into dst, which must have e's shape (run-time check: throws
 /// gradix::error naming both shapes; nothing is written then). One fused pass, no
-/// temporaries, no allocation. dst may be one of e's leaves when e reads it only at the
-/// coordinate being written (`x = x * 2 + 1`); other aliasing is undefined.
+/// temporaries, no allocation, when dst is not read by e, or read only at the coordinate
+/// being written (`x = x * 2 + 1` stays in place). When e reads dst's memory any other way
+/// (`x = transpose(x)`, a gather or reversed slice of x, an overlapping view), e is first
+/// evaluated into a temporary and then copied: the result is always that of evaluating e
+/// before writing anything.
 template <class DT, class DS, class DL, class DSp, operand E>
 constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
   static_assert(!std::is_const_v<DT>, "gradix::assign: the destination view is read-only");
   static_assert(std::is_same_v<DSp, host_space>,
                 "gradix::assign: the destination is in CUDA memory; use the CUDA backend");
-  auto e = detail::as_node(e_in);
+  auto e = detail::prepared_node(e_in, "gradix::assign");
   using N = decltype(e);
   if constexpr (detail::expression_reads_device_memory<N>::value &&
                 detail::assigned_shapes_differ<DS, shape_of_t<N>>::value) {
     if (!(dst.shape() == e.shape()))
       detail::fail("gradix::assign: destination shape ", to_string(dst.shape()),
                    " differs from expression shape ", to_string(e.shape()));
-    host::assign(dst, e);
+    if (detail::aliases(dst, e)) {
+      using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
+      tensor<value_type_t<N>, shape_of_t<N>, L> tmp(e.shape(), detail::uninit);
+      host::assign(tmp.view(), e);
+      host::assign(dst, tmp.view());
+    } else {
+      host::assign(dst, e);
+    }
   }
 }
 /// Evaluates e into an existing tensor of the same shape (see assign(view, e)).
@@ -79,7 +90,7 @@ constexpr void assign(tensor<T, S, L>& dst, E const& e) {
 /// result (its buffer), none for a small static one.
 template <operand E>
 constexpr auto eval(E const& e_in) {
-  auto e = detail::as_node(e_in);
+  auto e = detail::prepared_node(e_in, "gradix::eval");
   using N = decltype(e);
   using T = value_type_t<N>;
   using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
@@ -92,7 +103,7 @@ constexpr auto eval(E const& e_in) {
 /// The value of a rank-0 expression (a full reduction, typically).
 template <operand E>
 constexpr auto value(E const& e_in) {
-  auto e = detail::as_node(e_in);
+  auto e = detail::prepared_node(e_in, "gradix::value");
   using N = decltype(e);
   static_assert(shape_of_t<N>::rank == 0,
                 "gradix::value: the expression is not rank 0; reduce it (sum, mean, max) or "

@@ -9,6 +9,7 @@
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/core/math.hpp"
 #include "gradix/core/rng.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/core/tensor.hpp"
@@ -84,10 +85,32 @@ constexpr tensor<T, shape<dyn>> arange(T start, T stop, T step = T(1)) {
   if (step == T(0)) detail::fail("gradix::arange: step is 0");
   index_t n = 0;
   if constexpr (std::is_integral_v<T>) {
-    if (step > 0 && stop > start) n = index_t((stop - start + step - 1) / step);
-    if (step < 0 && stop < start) n = index_t((start - stop + (-step) - 1) / (-step));
+    // in unsigned arithmetic: stop - start and -step may not fit T
+    using u64 = std::uint64_t;
+    u64 c = 0;
+    if (step > 0 && stop > start)
+      c = (u64(std::int64_t(stop)) - u64(std::int64_t(start)) - 1) / u64(std::int64_t(step)) + 1;
+    if (step < 0 && stop < start)
+      c = (u64(std::int64_t(start)) - u64(std::int64_t(stop)) - 1) / (u64(0) - u64(std::int64_t(step))) + 1;
+    if constexpr (std::is_same_v<T, std::uint64_t> || std::is_same_v<T, unsigned long long> ||
+                  std::is_same_v<T, unsigned long>) {
+      if (start > T(PTRDIFF_MAX) || stop > T(PTRDIFF_MAX) || step > T(PTRDIFF_MAX))
+        detail::fail("gradix::arange: from ", start, " to ", stop, " with step ", step,
+                     ": a bound exceeds the largest index ", PTRDIFF_MAX);
+    }
+    if (c > u64(PTRDIFF_MAX))
+      detail::fail("gradix::arange: from ", start, " to ", stop, " with step ", step, " gives ", c,
+                   " values, more than the largest extent ", PTRDIFF_MAX);
+    n = index_t(c);
   } else {
+    if (!math::detail::cisfinite(double(start)) || !math::detail::cisfinite(double(stop)) ||
+        !math::detail::cisfinite(double(step)))
+      detail::fail("gradix::arange: from ", start, " to ", stop, " with step ", step,
+                   ": the bounds and the step must be finite");
     double c = (double(stop) - double(start)) / double(step);
+    if (!(c < 0x1p62))
+      detail::fail("gradix::arange: from ", start, " to ", stop, " with step ", step, " gives ", c,
+                   " values, too many for one tensor");
     n = c > 0 ? index_t(c) + (double(index_t(c)) < c ? 1 : 0) : 0;
   }
   tensor<T, shape<dyn>> t(dims(n), detail::uninit);

@@ -24,10 +24,15 @@ class parameter {
   using shape_type = Shape;
   using layout_type = Layout;
   using grad_spec = Spec;
-  using storage_type = grad_storage_t<T, Shape, Layout, Spec>;
   static constexpr std::size_t rank = Shape::rank;
-  static_assert(Spec::axis < Shape::rank || Shape::rank == 0,
-                "gradix::param: the gradient axis is out of range for the tensor's rank");
+  // (a dense rank-0 gradient tracks its one element; a sparse one has no axis)
+  static constexpr bool spec_ok = Spec::axis < rank || (rank == 0 && !Spec::sparse);
+  static_assert(spec_ok,
+                "gradix::param: the gradient axis is out of range for the tensor's rank (a "
+                "rank-0 parameter takes dense_grad only)");
+  // after a failed check, dense storage: one message, not a second one from the storage
+  using storage_type =
+      grad_storage_t<T, Shape, Layout, std::conditional_t<spec_ok, Spec, dense_grad_t<0>>>;
 
   constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(new impl(std::move(value))) {}
   constexpr parameter(parameter&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
@@ -52,7 +57,7 @@ class parameter {
 
   /// The leaf node that expressions hold.
   constexpr param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
-    return {impl_->value_.view(), &impl_->grad_};
+    return {impl_->value_.view(), &impl_->grad_, &impl_->value_};
   }
 
   /// An index expression (`E(all, indices(i))`); with integers only, element access to the value.

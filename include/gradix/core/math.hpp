@@ -28,6 +28,10 @@ GRADIX_HOST_DEVICE constexpr double pow2i(int k) {
 }
 
 GRADIX_HOST_DEVICE constexpr bool cisnan(double x) { return x != x; }
+/// Neither NaN nor infinite.
+GRADIX_HOST_DEVICE constexpr bool cisfinite(double x) {
+  return x == x && x - x == 0.0;
+}
 
 /// exp(x) - 1 by its Taylor series, for |x| <= 0.75 (about 1 ulp).
 GRADIX_HOST_DEVICE constexpr double expm1_small(double x) {

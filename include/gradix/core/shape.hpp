@@ -8,6 +8,7 @@
 #include "gradix/core/error.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -236,7 +237,36 @@ template <class T, T N>
 struct dim_static<std::integral_constant<T, N>> : std::integral_constant<index_t, index_t(N)> {};
 }  // namespace detail
 
-/// A shape from extents: integers become dynamic extents, `fix<N>` static ones.
+namespace detail {
+/// a * b for non-negative a, b, or -1 when the product exceeds index_t.
+constexpr index_t mul_or_overflow(index_t a, index_t b) {
+  if (a != 0 && b > PTRDIFF_MAX / a) return -1;
+  return a * b;
+}
+/// The number of elements of a shape; throws gradix::error naming `op` and the extents when
+/// it exceeds index_t (s.size() itself would wrap).
+template <class S>
+constexpr index_t checked_size(S const& s, char const* op) {
+  index_t n = 1;
+  for (std::size_t i = 0; i < S::rank; ++i) {
+    n = mul_or_overflow(n, s.extent(i));
+    if (n < 0) {
+      std::string ext = "[";
+      for (std::size_t k = 0; k < S::rank; ++k) {
+        if (k) ext += ", ";
+        ext += std::to_string(s.extent(k));
+      }
+      fail(op, ": the extents ", ext, "] have more than ", PTRDIFF_MAX,
+           " elements (the element count overflows)");
+    }
+  }
+  return n;
+}
+}  // namespace detail
+
+/// A shape from extents: integers become dynamic extents, `fix<N>` static ones. Throws
+/// gradix::error for a negative extent, an extent that does not fit index_t, or extents
+/// whose product does.
 template <class... D>
 constexpr auto dims(D... d) {
   static_assert(((std::is_integral_v<D> || detail::dim_static<D>::value != dyn) && ...),
@@ -245,14 +275,23 @@ constexpr auto dims(D... d) {
   S s{};
   std::size_t i = 0;
   auto put = [&](auto v) {
-    if constexpr (std::is_integral_v<decltype(v)>) {
-      if (index_t(v) < 0) detail::fail("gradix::dims: extent of axis ", i, " is negative (", index_t(v), ")");
+    using V = decltype(v);
+    if constexpr (std::is_integral_v<V>) {
+      if constexpr (std::is_signed_v<V>) {
+        if (v < 0) detail::fail("gradix::dims: extent of axis ", i, " is negative (", v, ")");
+      }
+      if constexpr (sizeof(V) >= sizeof(index_t) && std::is_unsigned_v<V>) {
+        if (v > V(PTRDIFF_MAX))
+          detail::fail("gradix::dims: extent ", v, " of axis ", i, " exceeds the largest extent ",
+                       PTRDIFF_MAX);
+      }
       s.set_extent(i, index_t(v));
     }
     ++i;
   };
   (put(d), ...);
   (void)put;  // dims() (rank 0) never calls it
+  detail::checked_size(s, "gradix::dims");
   return s;
 }
 

@@ -31,11 +31,28 @@ namespace detail {
 
 /// Uninitialised memory for n elements of T at buffer_alignment; in constant evaluation
 /// (where the aligned operator new cannot be called) from std::allocator. Free it with
-/// deallocate_buffer in the same kind of evaluation.
+/// deallocate_buffer in the same kind of evaluation. Running out of memory, or a byte count
+/// that does not fit, throws gradix::error.
 template <class T>
 constexpr T* allocate_buffer(std::size_t n) {
   if (std::is_constant_evaluated()) return std::allocator<T>{}.allocate(n);
-  return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{buffer_alignment}));
+  if (n > std::size_t(PTRDIFF_MAX) / sizeof(T))
+    fail("gradix: cannot allocate ", n, " elements of ", sizeof(T), " bytes (the byte count overflows)");
+  try {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{buffer_alignment}));
+  } catch (std::bad_alloc const&) {
+    fail("gradix: out of memory allocating ", n * sizeof(T), " bytes (", n, " elements)");
+  }
+}
+/// The element count of a tensor of shape s (gradix::error when the count or its bytes
+/// overflow; `op` names the caller).
+template <class T, class S>
+constexpr index_t checked_count(S const& s, char const* op) {
+  index_t n = checked_size(s, op);
+  if (std::size_t(n) > std::size_t(PTRDIFF_MAX) / sizeof(T))
+    fail(op, ": ", n, " elements of ", sizeof(T), " bytes for shape ", to_string(s),
+         " overflow the byte count");
+  return n;
 }
 template <class T>
 constexpr void deallocate_buffer(T* p, std::size_t n) {
@@ -148,7 +165,7 @@ class tensor {
   /// Zero-filled tensor of a static shape (or of extent 0 along dynamic axes).
   constexpr tensor() : tensor(Shape{}) {}
   /// Zero-filled tensor of the given shape.
-  constexpr explicit tensor(Shape s) : shape_(s), store_(s.size()) {}
+  constexpr explicit tensor(Shape s) : shape_(s), store_(detail::checked_count<T>(s, "gradix::tensor")) {}
   /// Zero-filled tensor; the extents are checked against the static extents of Shape.
   template <index_t... E>
     requires(!std::is_same_v<shape<E...>, Shape>)
@@ -167,7 +184,8 @@ class tensor {
     requires Shape::is_static
       : tensor(Shape{}, values) {}
   /// Uninitialized tensor (internal: eval writes every element).
-  constexpr tensor(Shape s, detail::uninit_t) : shape_(s), store_(s.size(), detail::uninit) {}
+  constexpr tensor(Shape s, detail::uninit_t)
+      : shape_(s), store_(detail::checked_count<T>(s, "gradix::tensor"), detail::uninit) {}
 
   constexpr tensor(tensor const&) = default;
   constexpr tensor(tensor&&) noexcept = default;

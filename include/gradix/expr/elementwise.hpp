@@ -22,6 +22,7 @@ namespace gradix {
 template <class Op, class Arg>
 struct unary_node {
   using is_gradix_expression = void;
+  using is_elementwise_node = void;  // reads arg_ at its own coordinate
   using value_type = decltype(Op::value(std::declval<value_type_t<Arg>>()));
   using shape_type = shape_of_t<Arg>;
   using layout_type = layout_of_t<Arg>;

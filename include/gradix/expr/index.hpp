@@ -137,15 +137,38 @@ constexpr unique_vec<I> unique(index_vec<I> const& v) {
 }
 /// The range start, start + step, ... up to stop (exclusive), like Python's range.
 /// Throws gradix::error for step 0.
+/// Any start, stop and step are accepted (the count is computed without overflow); whether
+/// the values fit an axis is checked when the range is applied.
 constexpr index_range range(index_t start, index_t stop, index_t step = 1) {
   if (step == 0) detail::fail("gradix::range: step is 0");
-  index_t n = 0;
-  if (step > 0 && stop > start) n = (stop - start + step - 1) / step;
-  if (step < 0 && stop < start) n = (start - stop - step - 1) / (-step);
-  return {start, step, n};
+  // in unsigned arithmetic: stop - start and -step may not fit index_t
+  using u64 = std::uint64_t;
+  u64 n = 0;
+  if (step > 0 && stop > start) n = (u64(stop) - u64(start) - 1) / u64(step) + 1;
+  if (step < 0 && stop < start) n = (u64(start) - u64(stop) - 1) / (u64(0) - u64(step)) + 1;
+  if (n > u64(PTRDIFF_MAX))
+    detail::fail("gradix::range: from ", start, " to ", stop, " with step ", step, " has ", n,
+                 " values, more than the largest extent ", PTRDIFF_MAX);
+  return {start, step, index_t(n)};
 }
+namespace detail {
+/// An integer position as index_t; gradix::error naming `op` when it does not fit.
+template <class J>
+constexpr index_t checked_position(J j, char const* op) {
+  static_assert(std::is_integral_v<J> && !std::is_same_v<J, bool>, "gradix: a position must be an integer");
+  if constexpr (std::is_unsigned_v<J> && sizeof(J) >= sizeof(index_t)) {
+    if (j > J(PTRDIFF_MAX))
+      fail(op, ": index ", j, " exceeds the largest index ", PTRDIFF_MAX);
+  }
+  return index_t(j);
+}
+}  // namespace detail
 /// One position j that keeps its axis, with static extent 1 (so it broadcasts).
-constexpr index_at at(index_t j) { return {j}; }
+template <class J>
+  requires std::is_integral_v<J>
+constexpr index_at at(J j) {
+  return {detail::checked_position(j, "gradix::at")};
+}
 
 namespace detail {
 
@@ -185,7 +208,7 @@ template <class X>
 constexpr index_arg_t<X> index_arg(X const& x) {
   using D = std::remove_cvref_t<X>;
   if constexpr (std::is_same_v<index_arg_t<X>, index_select> && !std::is_same_v<D, index_select>)
-    return index_select{index_t(x)};
+    return index_select{checked_position(x, "gradix::select")};
   else if constexpr (std::is_same_v<index_arg_t<X>, D>)
     return x;
   else
@@ -309,7 +332,10 @@ constexpr void validate_index(Idx const& idx, std::size_t axis, index_t n) {
     }
   } else if constexpr (std::is_same_v<Idx, index_range>) {
     if (idx.size_ > 0) {
-      index_t last = idx.start_ + idx.step_ * (idx.size_ - 1);
+      // the last value lies between start and stop, so it fits index_t; the product may not
+      // (unsigned arithmetic wraps, and the wrapped sum is the exact result)
+      index_t last = index_t(std::uint64_t(idx.start_) +
+                             std::uint64_t(idx.step_) * std::uint64_t(idx.size_ - 1));
       if (idx.start_ < 0 || idx.start_ >= n || last < 0 || last >= n)
         fail("gradix::slice: range from ", idx.start_, " with step ", idx.step_, " (", idx.size_,
              " values, last ", last, ") is out of range for axis ", axis, " of extent ", n);
@@ -376,9 +402,10 @@ constexpr auto slice(X&& x, index_t start, index_t stop, index_t step = 1) {
   return gather<Axis>(static_cast<X&&>(x), range(start, stop, step));
 }
 /// Selects position j of axis Axis, dropping the axis.
-template <int Axis, operand X>
-constexpr auto select(X&& x, index_t j) {
-  return gather<Axis>(static_cast<X&&>(x), index_select{j});
+template <int Axis, operand X, class J>
+  requires std::is_integral_v<J>
+constexpr auto select(X&& x, J j) {
+  return gather<Axis>(static_cast<X&&>(x), index_select{detail::checked_position(j, "gradix::select")});
 }
 
 /// One index argument per axis: `index(e, all, indices(i))`, `index(e, 2, range(0, 8, 2))`.

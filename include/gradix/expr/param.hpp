@@ -11,6 +11,10 @@ namespace gradix {
 
 /// out[c] = value of the parameter at c
 /// backward: d_param[c] += d_out[c] (into the storage G points at)
+///
+/// `view_` is the value as it was when the expression was built; `src_` the parameter's
+/// value tensor itself. Before an expression runs, the API refreshes view_ from src_ (the
+/// value may have been replaced by one of the same shape) and rejects a changed shape.
 template <class View, class G>
 struct param_node {
   using is_gradix_expression = void;
@@ -20,8 +24,10 @@ struct param_node {
   using shape_type = typename View::shape_type;
   using layout_type = typename View::layout_type;
   using space_type = typename View::space_type;
+  using source_type = tensor<value_type, shape_type, layout_type>;
   View view_;
   G* grad_;
+  source_type const* src_;
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return view_.shape(); }
 };
 
@@ -29,6 +35,7 @@ struct param_node {
 template <class Arg>
 struct detach_node {
   using is_gradix_expression = void;
+  using is_elementwise_node = void;  // reads arg_ at its own coordinate
   using value_type = value_type_t<Arg>;
   using shape_type = shape_of_t<Arg>;
   using layout_type = layout_of_t<Arg>;

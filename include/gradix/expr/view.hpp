@@ -171,7 +171,7 @@ constexpr auto reshape(X&& x, shape<E...> s) {
   constexpr index_t na = size_v<shape_of_t<A>>, nb = size_v<shape<E...>>;
   static_assert(na == dyn || nb == dyn || na == nb,
                 "gradix::reshape: the static shapes have different element counts");
-  if (a.shape().size() != s.size())
+  if (a.shape().size() != detail::checked_size(s, "gradix::reshape"))
     detail::fail("gradix::reshape: cannot reshape ", to_string(a.shape()), " (", a.shape().size(),
                  " elements) to ", to_string(s), " (", s.size(), " elements)");
   if constexpr (is_view_v<A> && std::is_same_v<layout_of_t<A>, row_major>) {

@@ -48,6 +48,12 @@ inline constexpr dense_grad_t<Axis> dense_grad{};
 template <std::size_t Axis>
 inline constexpr sparse_grad_t<Axis> sparse_grad{};
 
+/// A storage's tracking state, taken before a backward's pre-pass (see mark()/rollback()).
+struct grad_mark {
+  std::size_t count = 0;  // touched slices (dense) or stored slices (sparse)
+  bool all = false;       // dense: everything touched
+};
+
 namespace detail {
 /// Calls f(offset) for every element offset of slice `id` along `axis` of a tensor with
 /// extents ext and strides st (the innermost loop over the contiguous remaining axis).
@@ -84,9 +90,13 @@ class dense_grad_storage {
   /// The contiguous axis of the storage (-1 for rank 0).
   static constexpr int unit_axis = rank == 0 ? -1 : int(Layout::template unit_axis<rank>);
 
+  static_assert(rank == 0 || Axis < rank,
+                "gradix::dense_grad: the tracked axis is out of range for the tensor's rank");
+
+  /// (A rank-0 gradient has one slice: the element.)
   constexpr explicit dense_grad_storage(Shape s)
-      : g_(s), flag_(std::size_t(s.extent(Axis)), 0) {
-    touched_.reserve(std::size_t(s.extent(Axis)));
+      : g_(s), flag_(std::size_t(slices(s)), 0) {
+    touched_.reserve(std::size_t(slices(s)));
     strides_ = contiguous_strides<Layout>(s.extents());
   }
 
@@ -97,13 +107,17 @@ class dense_grad_storage {
 
   // --- used by backward's pre-pass and kernels
   constexpr void touch(index_t id) {
+    if constexpr (rank == 0) id = 0;
     if (!all_ && !flag_[std::size_t(id)]) {
       flag_[std::size_t(id)] = 1;
       touched_.push_back(id);
     }
   }
   /// Has slice `id` been touched since the last zero (everything has after touch_all())?
-  constexpr bool is_touched(index_t id) const { return all_ || flag_[std::size_t(id)] != 0; }
+  constexpr bool is_touched(index_t id) const {
+    if constexpr (rank == 0) id = 0;
+    return all_ || flag_[std::size_t(id)] != 0;
+  }
   constexpr void touch_all() { all_ = true; }
   constexpr T* data() { return g_.data(); }
   constexpr array<index_t, rank> const& strides() const { return strides_; }
@@ -120,6 +134,8 @@ class dense_grad_storage {
       else
         std::memset(static_cast<void*>(g_.data()), 0, std::size_t(g_.size()) * sizeof(T));
       all_ = false;
+    } else if constexpr (rank == 0) {
+      if (!touched_.empty()) g_.data()[0] = T(0);
     } else {
       auto ext = g_.shape().extents();
       for (index_t id : touched_)
@@ -130,12 +146,29 @@ class dense_grad_storage {
     touched_.clear();
   }
 
+  /// The tracking state before a backward's pre-pass, so that a failing backward can restore
+  /// it (strong guarantee; the pre-pass never writes gradient values).
+  constexpr grad_mark mark() const { return {touched_.size(), all_}; }
+  constexpr void rollback(grad_mark m) {
+    for (std::size_t k = m.count; k < touched_.size(); ++k) flag_[std::size_t(touched_[k])] = 0;
+    touched_.resize(m.count);
+    all_ = m.all;
+  }
+  /// Set while a backward or zero_grad uses this storage (see api/guard.hpp).
+  constexpr bool& busy_flag() { return busy_; }
+
  private:
   tensor<T, Shape, Layout> g_;
   std::vector<std::uint8_t> flag_;
   std::vector<index_t> touched_;
   array<index_t, rank> strides_{};
   bool all_ = false;
+  bool busy_ = false;
+
+  static constexpr index_t slices(Shape const& s) {
+    if constexpr (rank == 0) return 1;
+    else return s.extent(Axis);
+  }
 };
 
 /// Sparse gradient storage along Axis: coalesced slices through a slot map.
@@ -147,6 +180,9 @@ class sparse_grad_storage {
   static constexpr std::size_t rank = Shape::rank;
   static constexpr std::size_t axis = Axis;
   static constexpr bool sparse = true;
+  static_assert(Axis < rank,
+                "gradix::sparse_grad: the sparse axis is out of range for the tensor's rank (a "
+                "rank-0 parameter has no axis to be sparse along; use dense_grad)");
   /// The contiguous axis inside a slice (-1 when a slice is one element).
   static constexpr int unit_axis = [] {
     if (rank <= 1) return -1;
@@ -154,7 +190,7 @@ class sparse_grad_storage {
     else return Axis == rank - 1 ? int(rank) - 2 : int(rank) - 1;
   }();
 
-  constexpr explicit sparse_grad_storage(Shape s) : shape_(s), slot_(std::size_t(s.extent(Axis)), -1) {
+  constexpr explicit sparse_grad_storage(Shape s) : shape_(s), slot_(checked_slots(s), -1) {
     // strides inside the compact storage: the layout's order over the other axes, and one
     // slice per slot along Axis
     array<index_t, rank> ext = s.extents();
@@ -170,7 +206,7 @@ class sparse_grad_storage {
   constexpr sparse_grad_storage(sparse_grad_storage&& o) noexcept
       : shape_(o.shape_), slot_(std::move(o.slot_)), ids_(std::move(o.ids_)),
         data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)),
-        slice_size_(o.slice_size_), strides_(o.strides_) {}
+        slice_size_(o.slice_size_), strides_(o.strides_), busy_(o.busy_) {}
   constexpr ~sparse_grad_storage() { release(); }
 
   constexpr Shape const& shape() const { return shape_; }
@@ -238,6 +274,16 @@ class sparse_grad_storage {
     for (std::int32_t i : ids_) slot_[std::size_t(i)] = -1;
     ids_.clear();
   }
+  /// The stored slices before a backward's pre-pass: a failing backward forgets the slots it
+  /// reserved after the mark (strong guarantee; reserved slots hold zeros until kernels run).
+  constexpr grad_mark mark() const { return {ids_.size(), false}; }
+  constexpr void rollback(grad_mark m) {
+    for (std::size_t k = m.count; k < ids_.size(); ++k) slot_[std::size_t(ids_[k])] = -1;
+    ids_.resize(m.count);
+  }
+  /// Set while a backward or zero_grad uses this storage (see api/guard.hpp).
+  constexpr bool& busy_flag() { return busy_; }
+
   /// Bytes held by the compact storage, slot map and id list.
   constexpr std::size_t bytes() const {
     return std::size_t(capacity_ * slice_size_) * sizeof(T) + slot_.capacity() * sizeof(std::int32_t) +
@@ -250,6 +296,7 @@ class sparse_grad_storage {
     index_t limit = shape_.extent(Axis);
     if (cap > limit) cap = limit;
     std::size_t const n = std::size_t(cap * slice_size_);
+    ids_.reserve(std::size_t(cap));  // first: reserve() then cannot fail after taking a slot
     T* p = detail::allocate_buffer<T>(n);
     if (data_) {
       if (std::is_constant_evaluated())
@@ -260,12 +307,19 @@ class sparse_grad_storage {
     }
     data_ = p;
     capacity_ = cap;
-    ids_.reserve(std::size_t(cap));
   }
   constexpr void release() {
     // (storage allocated in constant evaluation is freed there too: it cannot outlive it)
     if (data_) detail::deallocate_buffer(data_, std::size_t(capacity_ * slice_size_));
     data_ = nullptr;
+  }
+
+  // The slot map holds int32 slot numbers.
+  static constexpr std::size_t checked_slots(Shape const& s) {
+    if (s.extent(Axis) > index_t(INT32_MAX))
+      detail::fail("gradix::sparse_grad: extent ", s.extent(Axis), " of the sparse axis ", Axis,
+                   " exceeds the slot map's limit of ", INT32_MAX);
+    return std::size_t(s.extent(Axis));
   }
 
   Shape shape_;
@@ -275,6 +329,7 @@ class sparse_grad_storage {
   index_t capacity_ = 0;
   index_t slice_size_ = 1;
   array<index_t, rank> strides_{};
+  bool busy_ = false;
 };
 
 template <class T, class Shape, class Layout, class Spec>

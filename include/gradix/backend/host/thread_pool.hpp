@@ -4,14 +4,20 @@
 /// variable GRADIX_NUM_THREADS, or set_num_threads(n). Dispatching work allocates nothing:
 /// a job is a function pointer and a context pointer. The calling thread takes part; a task
 /// that itself calls run() runs its work serially.
+///
+/// Several user threads may call run() at once: jobs take turns (one job at a time, each
+/// on all threads). resize() may be called at any time from any user thread: it waits for
+/// the running job to finish. (From inside a task it throws: the job would wait for itself.)
 
 #include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,12 +32,16 @@ class thread_pool {
   ~thread_pool() { stop(); }
 
   /// Number of threads that run work, the calling thread included.
-  int size() const { return size_; }
+  int size() const { return size_.load(std::memory_order_relaxed); }
 
-  /// Changes the number of threads (>= 1). Not to be called while work runs.
+  /// Changes the number of threads (>= 1); waits for a running job to finish first.
   void resize(int n) {
+    if (in_worker())
+      detail::fail("gradix::set_num_threads: called from inside a gradix task (a generate() "
+                   "function or a user op); call it between gradix calls");
     if (n < 1) n = 1;
-    if (n == size_) return;
+    std::lock_guard<std::mutex> busy(run_mutex_);
+    if (n == size()) return;
     stop();
     start(n);
   }
@@ -40,11 +50,16 @@ class thread_pool {
   template <class F>
   void run(index_t n, F& f) {
     if (n <= 0) return;
-    if (size_ == 1 || n == 1 || in_worker()) {
+    if (n == 1 || in_worker() || size() == 1) {
       for (index_t k = 0; k < n; ++k) f(k);
       return;
     }
     std::unique_lock<std::mutex> busy(run_mutex_);  // one job at a time
+    if (workers_.empty()) {  // resized to 1 thread while this caller waited
+      busy.unlock();
+      for (index_t k = 0; k < n; ++k) f(k);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lk(m_);
       fn_ = [](void* ctx, index_t k) { (*static_cast<F*>(ctx))(k); };
@@ -96,10 +111,17 @@ class thread_pool {
     }
   }
   void start(int n) {
-    size_ = n < 1 ? 1 : n;
+    n = n < 1 ? 1 : n;
     stop_ = false;
-    workers_.reserve(std::size_t(size_ - 1));
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
+    try {
+      workers_.reserve(std::size_t(n - 1));
+      for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    } catch (std::exception const&) {
+      // no more threads could be started (std::system_error, or no memory): run with the
+      // ones that did start; results do not depend on the thread count
+      n = int(workers_.size()) + 1;
+    }
+    size_.store(n, std::memory_order_relaxed);
   }
   void stop() {
     {
@@ -111,7 +133,7 @@ class thread_pool {
     workers_.clear();
   }
 
-  int size_ = 1;
+  std::atomic<int> size_{1};
   std::vector<std::thread> workers_;
   std::mutex m_, run_mutex_;
   std::condition_variable cv_, done_cv_;

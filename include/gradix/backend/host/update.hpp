@@ -18,6 +18,7 @@
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/ad.hpp"
 #include "gradix/eval/map.hpp"
@@ -31,25 +32,40 @@
 
 namespace gradix::host {
 
-/// A buffer that only grows, reused by every backward (no allocation once warm).
+/// A buffer that only grows, reused by every backward of one user thread (no allocation
+/// once warm). backward reserves what its kernels need in its pre-pass, so kernels never
+/// allocate (and nothing can fail once the first gradient element is written).
 struct scratch_buffer {
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
+  scratch_buffer() = default;
+  scratch_buffer(scratch_buffer const&) = delete;
+  scratch_buffer& operator=(scratch_buffer const&) = delete;
   ~scratch_buffer() { ::operator delete(p_, std::align_val_t{64}); }
-  template <class T>
-  T* get(std::size_t n) {
-    std::size_t need = n * sizeof(T);
-    if (need > bytes_) {
-      ::operator delete(p_, std::align_val_t{64});
-      std::size_t b = std::max(need, bytes_ * 2);
-      p_ = ::operator new(b, std::align_val_t{64});
-      bytes_ = b;
+  /// Makes room for `need` bytes (gradix::error when out of memory; the old buffer is kept).
+  void reserve(std::size_t need) {
+    if (need <= bytes_) return;
+    std::size_t b = std::max(need, bytes_ * 2);
+    void* q = nullptr;
+    try {
+      q = ::operator new(b, std::align_val_t{64});
+    } catch (std::bad_alloc const&) {
+      gradix::detail::fail("gradix::backward: out of memory reserving ", b, " bytes of scratch");
     }
-    return static_cast<T*>(p_);
+    ::operator delete(p_, std::align_val_t{64});
+    p_ = q;
+    bytes_ = b;
+  }
+  /// n elements of T from the reserved room, or nullptr when it is too small.
+  template <class T>
+  T* try_get(std::size_t n) {
+    return n * sizeof(T) <= bytes_ ? static_cast<T*>(p_) : nullptr;
   }
 };
+/// The calling thread's scratch buffer (per user thread: concurrent backward calls from
+/// several threads never share it).
 inline scratch_buffer& scratch() {
-  static scratch_buffer s;
+  thread_local scratch_buffer s;
   return s;
 }
 
@@ -129,7 +145,7 @@ constexpr void prepare(Use const& u) {
   constexpr std::size_t RD = K::domain_rank;
   constexpr std::size_t S = G::axis;
   if constexpr (K::target_rank == 0) {
-    return;
+    u.target_->touch(0);  // the one element (zero_grad clears it)
   } else {
     auto ext = u.dom_.extents();
     for (std::size_t j = 0; j < RD; ++j)
@@ -178,6 +194,62 @@ constexpr void prepare(Use const& u) {
   }
 }
 
+namespace detail {
+/// The loop sizes of one use: outer, inner and projected extents (empty: nothing to do).
+template <class Use>
+struct use_sizes {
+  index_t n_outer = 1, n_in = 1, n_proj = 1;
+  bool empty = false;
+};
+template <class Use>
+constexpr use_sizes<Use> sizes_of(Use const& u) {
+  using K = ad::kernel_traits<Use>;
+  constexpr std::size_t RD = K::domain_rank;
+  constexpr int I = K::inner_axis;
+  constexpr std::uint64_t P = K::projected_mask;
+  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
+  constexpr std::uint64_t O = all_mask & ~P & ~(I >= 0 ? std::uint64_t(1) << (I < 0 ? 0 : I) : 0);
+  use_sizes<Use> r;
+  auto ext = u.dom_.extents();
+  for (std::size_t j = 0; j < RD; ++j) {
+    if (ext[j] == 0) r.empty = true;
+    if ((O >> j) & 1) r.n_outer *= ext[j];
+    if ((P >> j) & 1) r.n_proj *= ext[j];
+  }
+  constexpr index_t static_in = [] {
+    if constexpr (I >= 0) return extent_v<typename Use::domain_type, std::size_t(I)>;
+    else return index_t(1);
+  }();
+  r.n_in = static_in != dyn ? static_in : ext[std::size_t(I < 0 ? 0 : I)];
+  return r;
+}
+/// Whether run(u) splits u over the pool.
+template <class Use>
+bool runs_parallel(use_sizes<Use> const& z) {
+  using K = ad::kernel_traits<Use>;
+  index_t work = z.n_outer * z.n_in * (K::collapses_projected ? 1 : z.n_proj);
+  return !z.empty && pool().size() > 1 && work >= 2 * parallel_min_elements && z.n_outer >= 2;
+}
+}  // namespace detail
+
+/// Scratch bytes run(u) needs (the owner-computes order of a non-injective parallel use);
+/// backward reserves the largest in its pre-pass.
+template <class Use>
+std::size_t scratch_bytes(Use const& u) {
+  if (!u.target_) return 0;
+  if constexpr (ad::kernel_traits<Use>::injective) {
+    return 0;
+  } else {
+    auto z = detail::sizes_of(u);
+    if (!detail::runs_parallel(z)) return 0;
+    return std::size_t(z.n_outer) * sizeof(std::pair<index_t, index_t>);
+  }
+}
+template <class U1, class U2>
+std::size_t scratch_bytes(ad::fused_use<U1, U2> const& f) {
+  return std::max(scratch_bytes(f.first_), scratch_bytes(f.second_));
+}
+
 /// Runs one use (after prepare).
 template <class Use>
 void run(Use const& u) {
@@ -194,18 +266,15 @@ void run(Use const& u) {
   constexpr std::uint64_t O = all_mask & ~P & ~(I >= 0 ? std::uint64_t(1) << (I < 0 ? 0 : I) : 0);
 
   auto ext = u.dom_.extents();
-  index_t n_outer = 1, n_proj = 1;
-  for (std::size_t j = 0; j < RD; ++j) {
-    if (ext[j] == 0) return;
-    if ((O >> j) & 1) n_outer *= ext[j];
-    if ((P >> j) & 1) n_proj *= ext[j];
-  }
+  auto const sizes = detail::sizes_of(u);
+  if (sizes.empty) return;
+  index_t const n_outer = sizes.n_outer, n_proj = sizes.n_proj;
   // a static inner extent gives the inner loop a constant trip count
   constexpr index_t static_in = [] {
     if constexpr (I >= 0) return extent_v<typename Use::domain_type, std::size_t(I)>;
     else return index_t(1);
   }();
-  index_t const n_in = static_in != dyn ? static_in : ext[std::size_t(I < 0 ? 0 : I)];
+  index_t const n_in = static_in != dyn ? static_in : sizes.n_in;
 
   // Copy the kernel's state into locals: gradient stores cannot alias it.
   ev::evaluator<V> const vev(u.v_);
@@ -292,9 +361,16 @@ void run(Use const& u) {
     }
   };
 
-  index_t work = n_outer * n_in * (K::collapses_projected ? 1 : n_proj);
   thread_pool& tp = pool();
-  if (tp.size() == 1 || work < 2 * parallel_min_elements || n_outer < 2) {
+  using pair = std::pair<index_t, index_t>;
+  // the order of a non-injective use lives in the scratch reserved by backward's pre-pass;
+  // should the pool have grown since (set_num_threads from another thread), run serially
+  // rather than allocate here
+  pair* order = nullptr;
+  if constexpr (!K::injective) {
+    if (detail::runs_parallel(sizes)) order = scratch().try_get<pair>(std::size_t(n_outer));
+  }
+  if (!detail::runs_parallel(sizes) || (!K::injective && !order)) {
     coord<RD> o{};
     do body(o);
     while (detail::next_coord(o, ext, O));
@@ -313,8 +389,6 @@ void run(Use const& u) {
         std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
   } else {
     // owner computes: order outer coordinates by target position, split at boundaries
-    using pair = std::pair<index_t, index_t>;
-    pair* order = scratch().get<pair>(std::size_t(n_outer));
     {
       coord<RD> o{};
       index_t k = 0;

@@ -1,0 +1,65 @@
+#pragma once
+/// \file
+/// Run-time walks over an expression's leaves, for the checks the API makes before it runs
+/// an expression (api/checks.hpp): parameters whose value moved, aliasing between a
+/// destination and the leaves, lifetimes. One pass over the node tree, no allocation.
+
+#include "gradix/config.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/expr/param.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/expr/view.hpp"
+
+#include <type_traits>
+
+namespace gradix::detail {
+
+template <class N>
+struct is_param_node : std::false_type {};
+template <class V, class G>
+struct is_param_node<param_node<V, G>> : std::true_type {};
+
+/// Whether an operand of a binary node is read at the result's own coordinate (same rank,
+/// no axis broadcast).
+template <class Operand, class Result>
+inline constexpr bool reads_in_place_v = [] {
+  if constexpr (Operand::rank != Result::rank) {
+    return false;
+  } else {
+    for (std::size_t j = 0; j < Operand::rank; ++j)
+      if (Operand::static_extents[j] == 1 && Result::static_extents[j] != 1) return false;
+    return true;
+  }
+}();
+
+/// Calls f(leaf, in_place) for every view and parameter leaf of n, and for the index
+/// vectors it gathers with (n may be const or not; f gets the leaf with n's constness). `in_place` is true when the leaf is read only at the
+/// coordinate being computed: the path from n down to it has elementwise nodes only, and
+/// none broadcasts it. Scalars are not leaves here.
+template <class N, class F>
+constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
+  using D = std::remove_const_t<N>;
+  if constexpr (is_view_v<D> || is_param_node<D>::value) {
+    f(n, in_place);
+  } else if constexpr (requires { n.lhs_; n.rhs_; }) {  // binary_node
+    using RS = shape_of_t<D>;
+    for_each_leaf(n.lhs_, f, in_place && reads_in_place_v<shape_of_t<decltype(n.lhs_)>, RS>);
+    for_each_leaf(n.rhs_, f, in_place && reads_in_place_v<shape_of_t<decltype(n.rhs_)>, RS>);
+  } else if constexpr (requires { n.arg_; n.idx_; }) {  // index_node: the index data too
+    if constexpr (is_index_vec<std::remove_cvref_t<decltype(n.idx_)>>::value) f(n.idx_, false);
+    for_each_leaf(n.arg_, f, false);
+  } else if constexpr (requires { n.arg_; }) {
+    // unary and detach nodes read their operand in place; reductions, index and view nodes
+    // read it elsewhere
+    constexpr bool same = requires { typename D::is_elementwise_node; };
+    for_each_leaf(n.arg_, f, in_place && same);
+  } else {
+    static_assert(std::is_same_v<D, scalar_node<value_type_t<D>>>,
+                  "gradix: internal: for_each_leaf does not know this node kind");
+  }
+}
+
+}  // namespace gradix::detail
