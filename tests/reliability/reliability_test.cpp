@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -333,4 +334,110 @@ TEST_CASE("assign: elementwise self-assignment stays in place, and is right") {
   CHECK_FALSE(gx::detail::aliases(x.view(), gx::detail::as_node(x * 2.f + x)));
   CHECK(gx::detail::aliases(x.view(), gx::detail::as_node(x * 2.f + x(gx::range(999, -1, -1)))));
   CHECK(gx::detail::aliases(x.view(), gx::detail::as_node(x + gx::sum(x))));
+}
+
+// ---------------------------------------------------------------------------------------
+// Lifetimes (GRADIX_CHECK_LIFETIMES is on in the test build)
+
+static_assert(sizeof(gx::tensor_view<float, shape<dyn>>) > sizeof(float*) + 2 * sizeof(gx::index_t),
+              "the test build must define GRADIX_CHECK_LIFETIMES");
+
+namespace {
+auto over_a_local_tensor() {
+  auto t = gx::iota<float>(gx::dims(100));
+  return t * 2.f;  // the expression views t, which is destroyed on return
+}
+auto gather_with_local_indices(gx::tensor<float, shape<dyn, dyn>> const& x) {
+  auto idx = gx::arange<std::int32_t>(3);
+  return gx::sum(x(gx::indices(idx), gx::all));
+}
+}  // namespace
+
+TEST_CASE("lifetimes: an expression that outlived a tensor it reads throws") {
+  auto e = over_a_local_tensor();
+  CHECK(contains(error_of([&] { (void)gx::eval(e); }),
+                 "gradix::eval: the expression reads a tensor of shape [100] that was destroyed"));
+  auto x = gx::iota<float>(gx::dims(4, 2));
+  auto s = gather_with_local_indices(x);
+  CHECK(contains(error_of([&] { (void)gx::value(s); }), "gathers with an index tensor of 3 indices"));
+}
+
+TEST_CASE("lifetimes: a tensor reassigned to another size invalidates expressions over it") {
+  auto t = gx::iota<double>(gx::dims(10));
+  auto e = gx::sum(gx::exp(t));
+  auto same = gx::iota<double>(gx::dims(10));
+  t = same;  // a copy of the same size: into the same buffer, still valid
+  CHECK(error_of([&] { (void)gx::value(e); }) == "");
+  t = gx::iota<double>(gx::dims(10));  // a move: t takes the temporary's buffer
+  CHECK(contains(error_of([&] { (void)gx::value(e); }), "destroyed or reallocated"));
+  auto e2 = gx::sum(gx::exp(t));
+  t = gx::iota<double>(gx::dims(20));  // a copy of another size: a new buffer
+  CHECK(contains(error_of([&] { (void)gx::value(e2); }), "destroyed or reallocated"));
+}
+
+TEST_CASE("lifetimes: an expression that outlived its parameter throws") {
+  std::optional<gx::parameter<float, shape<dyn>>> p;
+  p.emplace(gx::iota<float>(gx::dims(5)));
+  auto e = gx::sum(*p * *p);
+  gx::backward(e);
+  p.reset();
+  CHECK(contains(error_of([&] { gx::backward(e); }), "reads a parameter that was destroyed"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Non-finite check mode
+
+namespace {
+struct check_finite_on {
+  check_finite_on() { gx::set_check_finite(true); }
+  ~check_finite_on() { gx::set_check_finite(false); }
+};
+}  // namespace
+
+TEST_CASE("check_finite: off by default, a NaN passes silently") {
+  CHECK_FALSE(gx::check_finite());
+  auto x = gx::iota<float>(gx::dims(3));
+  auto y = gx::eval(gx::log(x - 1.f));
+  CHECK(std::isnan(y(0)));
+}
+
+TEST_CASE("check_finite: a forward pass names the element and the node that produced it") {
+  check_finite_on on;
+  auto x = gx::iota<float>(gx::dims(3, 4));
+  auto msg = error_of([&] { (void)gx::eval(gx::exp(gx::log(x - 5.f) * 2.f)); });
+  CHECK(contains(msg, "gradix::eval: check_finite: element [0, 0] of the result is NaN"));
+  CHECK(contains(msg, "the node log (shape [3, 4]) produced NaN at [0, 0]"));
+  // a reduction: the value, and the division by zero inside
+  auto msg2 = error_of([&] { (void)gx::value(gx::sum(1.f / x)); });
+  CHECK(contains(msg2, "gradix::value: check_finite: element [] of the result is +inf"));
+  CHECK(contains(msg2, "the node operator/ (shape [3, 4]) produced +inf at [0, 0]"));
+  // an input that already holds a NaN
+  x(1, 2) = NAN;
+  auto msg3 = error_of([&] { (void)gx::eval(x * 2.f); });
+  CHECK(contains(msg3, "the input tensor (shape [3, 4]) holds NaN at [1, 2]"));
+  // assign into an existing tensor
+  auto d = gx::tensor<float, shape<dyn, dyn>>(gx::dims(3, 4));
+  CHECK(contains(error_of([&] { d = x + 1.f; }), "gradix::assign: check_finite: element [1, 2]"));
+  // finite results pass
+  x(1, 2) = 0.f;
+  CHECK(error_of([&] { (void)gx::eval(x * 2.f); }) == "");
+}
+
+TEST_CASE("check_finite: a backward pass names the parameter and the element") {
+  check_finite_on on;
+  auto a = gx::param(gx::iota<double>(gx::dims(2, 3)));
+  auto b = gx::param(gx::iota<double>(gx::dims(2, 3)), gx::sparse_grad<0>);
+  std::vector<int> rows{1, 0};
+  // d sqrt(x)/dx = inf at x = 0: b's element [0, 0]
+  auto msg = error_of([&] { gx::backward(gx::sum(a * 2.0 + gx::sqrt(b(gx::indices(rows), gx::all)))); });
+  CHECK(contains(msg, "gradix::backward: check_finite: the gradient of parameter 1 (shape [2, 3]) is +inf at [0, 0]"));
+  gx::zero_grad(a, b);
+  // grad() checks the gradients it returns
+  auto msg2 = error_of([&] { (void)gx::grad(gx::sum(gx::log(a)), a); });
+  CHECK(contains(msg2, "gradix::grad: check_finite: the gradient of parameter 0 (shape [2, 3]) is +inf at [0, 0]"));
+  // a forward value that is not finite is reported before any gradient is written
+  auto msg3 = error_of([&] { gx::backward(gx::sum(gx::log(a))); });
+  CHECK(contains(msg3, "gradix::backward: check_finite: element [] of the result is -inf"));
+  CHECK(contains(msg3, "the node log (shape [2, 3]) produced -inf at [0, 0]"));
+  CHECK(a.grad().touched().empty());
 }

@@ -30,12 +30,28 @@ namespace detail {
 /// Calls f on each plain use of a plan element (both parts of a fused pair).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
-  if constexpr (ad::is_fused<U>::value) {
+  if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
     f(u.first_);
     f(u.second_);
   } else {
     f(u);
   }
+}
+
+/// Check mode: scans each distinct target storage of a plan once, in plan order.
+template <class Plan>
+void check_finite_gradients(Plan const& p, char const* op) {
+  void const* seen[2 * Plan::size > 0 ? 2 * Plan::size : 1] = {};
+  std::size_t n = 0;
+  for_each_element(p, [&](auto const& pu) {
+    for_each_use(pu, [&](auto const& u) {
+      if (!u.target_) return;
+      for (std::size_t k = 0; k < n; ++k)
+        if (seen[k] == u.target_) return;
+      seen[n] = u.target_;
+      check_finite_gradient(op, *u.target_, n++);
+    });
+  });
 }
 
 /// Runs a plan in two phases (strong guarantee). First, with every target storage marked
@@ -67,7 +83,9 @@ constexpr void run_plan(Plan const& p, char const* op) {
     throw;
   }
   for_each_element(p, [](auto const& u) { host::run(u); });
+  if (check_finite()) check_finite_gradients(p, op);
 }
+
 
 }  // namespace detail
 
@@ -77,6 +95,8 @@ template <operand E>
 constexpr auto backward(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward");
   auto v = host::value(e);
+  if (!std::is_constant_evaluated() && check_finite())
+    detail::check_finite_forward("gradix::backward", scalar_node<decltype(v)>{v}, e);
   detail::run_plan(ad::plan(e), "gradix::backward");
   return v;
 }

@@ -31,6 +31,25 @@ template <class N>
 constexpr void prepare_leaves(N& e, char const* op) {
   for_each_leaf(e, [&](auto& leaf, bool) {
     using L = std::remove_cvref_t<decltype(leaf)>;
+#if defined(GRADIX_CHECK_LIFETIMES)
+    if (!std::is_constant_evaluated()) {
+      if constexpr (is_param_node<L>::value) {
+        if (!lifetime_alive(leaf.src_, leaf.src_gen_))
+          fail(op, ": the expression reads a parameter that was destroyed after the expression "
+                   "was built (checked by GRADIX_CHECK_LIFETIMES)");
+      } else if constexpr (is_index_vec<L>::value) {
+        if (!lifetime_alive(leaf.data_, leaf.gen_))
+          fail(op, ": the expression gathers with an index tensor of ", leaf.size_,
+               " indices that was destroyed or reallocated after the expression was built "
+               "(checked by GRADIX_CHECK_LIFETIMES)");
+      } else {
+        if (!lifetime_alive(leaf.data_, leaf.gen_))
+          fail(op, ": the expression reads a tensor of shape ", to_string(leaf.shape()),
+               " that was destroyed or reallocated after the expression was built (checked by "
+               "GRADIX_CHECK_LIFETIMES)");
+      }
+    }
+#endif
     if constexpr (is_param_node<L>::value) {
       auto const& v = *leaf.src_;
       if (!(v.shape() == leaf.view_.shape()))
@@ -41,7 +60,7 @@ constexpr void prepare_leaves(N& e, char const* op) {
         fail(op, ": a parameter's value has shape ", to_string(v.shape()),
              " but its gradient storage has shape ", to_string(leaf.grad_->shape()),
              "; a parameter keeps its shape (make a new parameter for a new shape)");
-      leaf.view_.data_ = v.data();
+      leaf.view_ = v.view();
     }
   });
 }

@@ -4,6 +4,7 @@
 /// or view), value (a rank-0 result).
 
 #include "gradix/api/checks.hpp"
+#include "gradix/api/finite.hpp"
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
@@ -73,9 +74,13 @@ constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
       using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
       tensor<value_type_t<N>, shape_of_t<N>, L> tmp(e.shape(), detail::uninit);
       host::assign(tmp.view(), e);
+      if (!std::is_constant_evaluated() && check_finite())
+        detail::check_finite_forward("gradix::assign", tmp.view(), e);
       host::assign(dst, tmp.view());
     } else {
       host::assign(dst, e);
+      if (!std::is_constant_evaluated() && check_finite())
+        detail::check_finite_forward("gradix::assign", dst, e);
     }
   }
 }
@@ -97,6 +102,8 @@ constexpr auto eval(E const& e_in) {
   static_assert(detail::expression_reads_device_memory<N>::value);
   tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
   host::assign(out.view(), e);
+  if (!std::is_constant_evaluated() && check_finite())
+    detail::check_finite_forward("gradix::eval", out.view(), e);
   return out;
 }
 
@@ -109,8 +116,14 @@ constexpr auto value(E const& e_in) {
                 "gradix::value: the expression is not rank 0; reduce it (sum, mean, max) or "
                 "use eval");
   static_assert(detail::expression_reads_device_memory<N>::value);
-  if constexpr (shape_of_t<N>::rank == 0) return host::value(e);
-  else return value_type_t<N>{};  // the static_assert above has fired
+  if constexpr (shape_of_t<N>::rank == 0) {
+    auto v = host::value(e);
+    if (!std::is_constant_evaluated() && check_finite())
+      detail::check_finite_forward("gradix::value", scalar_node<decltype(v)>{v}, e);
+    return v;
+  } else {
+    return value_type_t<N>{};  // the static_assert above has fired
+  }
 }
 
 }  // namespace gradix

@@ -34,18 +34,22 @@ class parameter {
   using storage_type =
       grad_storage_t<T, Shape, Layout, std::conditional_t<spec_ok, Spec, dense_grad_t<0>>>;
 
-  constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(new impl(std::move(value))) {}
+  constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(new impl(std::move(value))) {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    if (!std::is_constant_evaluated()) impl_->gen_ = detail::lifetime_begin(impl_);
+#endif
+  }
   constexpr parameter(parameter&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)) {}
   constexpr parameter& operator=(parameter&& o) noexcept {
     if (this != &o) {
-      delete impl_;
+      release();
       impl_ = std::exchange(o.impl_, nullptr);
     }
     return *this;
   }
   parameter(parameter const&) = delete;
   parameter& operator=(parameter const&) = delete;
-  constexpr ~parameter() { delete impl_; }
+  constexpr ~parameter() { release(); }
 
   /// The value (change it freely between backward calls: expressions read it when run).
   constexpr tensor<T, Shape, Layout>& value() { return impl_->value_; }
@@ -57,7 +61,12 @@ class parameter {
 
   /// The leaf node that expressions hold.
   constexpr param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
-    return {impl_->value_.view(), &impl_->grad_, &impl_->value_};
+    param_node<tensor_view<T const, Shape, Layout>, storage_type> n{impl_->value_.view(), &impl_->grad_,
+                                                                    &impl_->value_};
+#if defined(GRADIX_CHECK_LIFETIMES)
+    n.src_gen_ = impl_->gen_;
+#endif
+    return n;
   }
 
   /// An index expression (`E(all, indices(i))`); with integers only, element access to the value.
@@ -80,7 +89,16 @@ class parameter {
     constexpr explicit impl(tensor<T, Shape, Layout> v) : value_(std::move(v)), grad_(value_.shape()) {}
     tensor<T, Shape, Layout> value_;
     storage_type grad_;
+#if defined(GRADIX_CHECK_LIFETIMES)
+    std::uint64_t gen_ = 0;
+#endif
   };
+  constexpr void release() {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    if (impl_ && !std::is_constant_evaluated()) detail::lifetime_end(impl_);
+#endif
+    delete impl_;
+  }
   impl* impl_;  // owned; a plain pointer so that a parameter works in constant evaluation
 };
 

@@ -7,10 +7,12 @@
 #include "gradix/core/dtype.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/layout.hpp"
+#include "gradix/core/lifetime.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/core/view.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <new>
@@ -78,6 +80,7 @@ struct inline_storage {
   constexpr inline_storage(index_t, uninit_t) {}
   constexpr T* ptr() { return data_; }
   constexpr T const* ptr() const { return data_; }
+  static constexpr std::uint64_t gen() { return 0; }  // not tracked (core/lifetime.hpp)
 };
 
 /// Heap storage: one aligned allocation of exactly n elements (none for n == 0).
@@ -90,11 +93,18 @@ class heap_storage {
   }
   heap_storage(index_t n, uninit_t) : n_(n) {
     if (n > 0) p_ = detail::allocate_buffer<T>(std::size_t(n));
+#if defined(GRADIX_CHECK_LIFETIMES)
+    gen_ = lifetime_begin(p_);
+#endif
   }
   heap_storage(heap_storage const& o) : heap_storage(o.n_, uninit) {
     for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
   }
-  heap_storage(heap_storage&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  heap_storage(heap_storage&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    gen_ = std::exchange(o.gen_, 0);
+#endif
+  }
   /// Same size: copies into the existing buffer (views of it stay valid, nothing is
   /// allocated); otherwise a new buffer.
   heap_storage& operator=(heap_storage const& o) {
@@ -103,25 +113,41 @@ class heap_storage {
       for (index_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
     } else {
       heap_storage t(o);
-      std::swap(p_, t.p_);
-      std::swap(n_, t.n_);
+      swap_with(t);
     }
     return *this;
   }
   heap_storage& operator=(heap_storage&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
+    swap_with(o);
     return *this;
   }
   ~heap_storage() {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    lifetime_end(p_);
+#endif
     if (p_) detail::deallocate_buffer(p_, std::size_t(n_));
   }
   T* ptr() { return p_; }
   T const* ptr() const { return p_; }
+#if defined(GRADIX_CHECK_LIFETIMES)
+  std::uint64_t gen() const { return gen_; }
+#else
+  static constexpr std::uint64_t gen() { return 0; }
+#endif
 
  private:
+  void swap_with(heap_storage& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+#if defined(GRADIX_CHECK_LIFETIMES)
+    std::swap(gen_, o.gen_);
+#endif
+  }
   T* p_ = nullptr;
   index_t n_ = 0;
+#if defined(GRADIX_CHECK_LIFETIMES)
+  std::uint64_t gen_ = 0;
+#endif
 };
 
 template <class T, class Shape>
@@ -210,8 +236,12 @@ class tensor {
   constexpr T const* data() const { return store_.ptr(); }
 
   /// A view of the elements (const elements for a const tensor).
-  constexpr tensor_view<T, Shape, Layout> view() { return {data(), shape_}; }
-  constexpr tensor_view<T const, Shape, Layout> view() const { return {data(), shape_}; }
+  constexpr tensor_view<T, Shape, Layout> view() { return stamped(tensor_view<T, Shape, Layout>{data(), shape_}); }
+  constexpr tensor_view<T const, Shape, Layout> view() const {
+    return stamped(tensor_view<T const, Shape, Layout>{data(), shape_});
+  }
+  /// The lifetime generation of the elements' buffer (0: not tracked; core/lifetime.hpp).
+  constexpr std::uint64_t generation() const { return store_.gen(); }
 
   constexpr T& operator[](coord<rank> const& c) { return data()[offset(c)]; }
   constexpr T const& operator[](coord<rank> const& c) const { return data()[offset(c)]; }
@@ -262,6 +292,14 @@ class tensor {
       }
     }
     return o;
+  }
+
+  template <class V>
+  constexpr V stamped(V v) const {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    v.gen_ = store_.gen();
+#endif
+    return v;
   }
 
   Shape shape_;

@@ -11,6 +11,7 @@
 #include "gradix/core/shape.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace gradix {
@@ -40,6 +41,9 @@ struct tensor_view {
   T* data_ = nullptr;
   Shape shape_{};
   array<index_t, rank> strides_{};
+#if defined(GRADIX_CHECK_LIFETIMES)
+  std::uint64_t gen_ = 0;  // generation of the tensor buffer viewed (core/lifetime.hpp)
+#endif
 
   constexpr tensor_view() = default;
   /// Contiguous view (row_major / col_major).
@@ -54,7 +58,11 @@ struct tensor_view {
   template <class U>
     requires(std::is_same_v<T, U const> && !std::is_const_v<U>)
   GRADIX_HOST_DEVICE constexpr tensor_view(tensor_view<U, Shape, Layout, Space> const& o)
-      : data_(o.data_), shape_(o.shape_), strides_(o.strides_) {}
+      : data_(o.data_), shape_(o.shape_), strides_(o.strides_) {
+#if defined(GRADIX_CHECK_LIFETIMES)
+    gen_ = o.gen_;
+#endif
+  }
 
   GRADIX_HOST_DEVICE constexpr Shape const& shape() const { return shape_; }
   GRADIX_HOST_DEVICE constexpr index_t extent(std::size_t i) const { return shape_.extent(i); }

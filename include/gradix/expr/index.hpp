@@ -40,6 +40,9 @@ struct index_vec {
   I const* data_;
   index_t size_;
   index_t stride_;
+#if defined(GRADIX_CHECK_LIFETIMES)
+  std::uint64_t gen_ = 0;  // generation of the index tensor's buffer (core/lifetime.hpp)
+#endif
   GRADIX_HOST_DEVICE constexpr index_t operator()(index_t k) const {
     return index_t(data_[k * stride_]);
   }
@@ -115,7 +118,11 @@ constexpr index_vec<detail::index_elem_t<I>> indices(std::span<I> s) {
 template <class I, class S, class L>
 constexpr index_vec<detail::index_elem_t<I>> indices(tensor<I, S, L> const& t) {
   static_assert(S::rank == 1, "gradix::indices: an index tensor must have rank 1");
-  return detail::make_index_vec<I>(t.data(), t.size(), 1);
+  auto v = detail::make_index_vec<I>(t.data(), t.size(), 1);
+#if defined(GRADIX_CHECK_LIFETIMES)
+  v.gen_ = t.generation();
+#endif
+  return v;
 }
 template <class I, class S, class L>
 constexpr index_vec<detail::index_elem_t<I>> indices(tensor<I, S, L>&&) {
@@ -127,7 +134,11 @@ constexpr index_vec<detail::index_elem_t<I>> indices(tensor<I, S, L>&&) {
 template <class I, class S, class L>
 constexpr index_vec<detail::index_elem_t<I>> indices(tensor_view<I, S, L, host_space> const& v) {
   static_assert(S::rank == 1, "gradix::indices: an index view must have rank 1");
-  return detail::make_index_vec<I>(v.data(), v.size(), v.stride(0));
+  auto r = detail::make_index_vec<I>(v.data(), v.size(), v.stride(0));
+#if defined(GRADIX_CHECK_LIFETIMES)
+  r.gen_ = v.gen_;
+#endif
+  return r;
 }
 /// Marks indices as free of duplicates (checked when applied: gradix::error otherwise), so
 /// the backward scatter needs no synchronisation.

@@ -28,6 +28,9 @@ struct param_node {
   View view_;
   G* grad_;
   source_type const* src_;
+#if defined(GRADIX_CHECK_LIFETIMES)
+  std::uint64_t src_gen_ = 0;  // generation of the parameter (core/lifetime.hpp)
+#endif
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return view_.shape(); }
 };
 

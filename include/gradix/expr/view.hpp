@@ -176,7 +176,11 @@ constexpr auto reshape(X&& x, shape<E...> s) {
                  " elements) to ", to_string(s), " (", s.size(), " elements)");
   if constexpr (is_view_v<A> && std::is_same_v<layout_of_t<A>, row_major>) {
     using T = typename A::element_type;
-    return tensor_view<T, shape<E...>, row_major, space_of_t<A>>(a.data(), s);
+    tensor_view<T, shape<E...>, row_major, space_of_t<A>> r(a.data(), s);
+#if defined(GRADIX_CHECK_LIFETIMES)
+    r.gen_ = a.gen_;
+#endif
+    return r;
   } else {
     return reshape_node<A, shape<E...>>{a, s};
   }
