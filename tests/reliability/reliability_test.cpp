@@ -1,3 +1,5 @@
+// (names the node that produced a non-finite value in check_finite messages)
+#define GRADIX_CHECK_FINITE_NODES 1
 // Regression tests for the defects of the reliability issue (docs/reliability.md): each case
 // below gave a wrong result or corrupted memory before its fix.
 #include "testing.hpp"
@@ -371,7 +373,7 @@ TEST_CASE("lifetimes: a tensor reassigned to another size invalidates expression
   t = gx::iota<double>(gx::dims(10));  // a move: t takes the temporary's buffer
   CHECK(contains(error_of([&] { (void)gx::value(e); }), "destroyed or reallocated"));
   auto e2 = gx::sum(gx::exp(t));
-  t = gx::iota<double>(gx::dims(20));  // a copy of another size: a new buffer
+  t = gx::iota<double>(gx::dims(20));  // another size: a new buffer
   CHECK(contains(error_of([&] { (void)gx::value(e2); }), "destroyed or reallocated"));
 }
 

@@ -96,7 +96,7 @@ constexpr auto backward(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward");
   auto v = host::value(e);
   if (!std::is_constant_evaluated() && check_finite())
-    detail::check_finite_forward("gradix::backward", scalar_node<decltype(v)>{v}, e);
+    detail::check_finite_value("gradix::backward", v, e);
   detail::run_plan(ad::plan(e), "gradix::backward");
   return v;
 }

@@ -71,17 +71,21 @@ constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
       detail::fail("gradix::assign: destination shape ", to_string(dst.shape()),
                    " differs from expression shape ", to_string(e.shape()));
     if (detail::aliases(dst, e)) {
-      using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
-      tensor<value_type_t<N>, shape_of_t<N>, L> tmp(e.shape(), detail::uninit);
+      // through a temporary of dst's own type (the same loop nest as the direct path),
+      // then copied
+      using TL = std::conditional_t<std::is_same_v<DL, strided>, row_major, DL>;
+      tensor<DT, DS, TL> tmp(dst.shape(), detail::uninit);
       host::assign(tmp.view(), e);
-      if (!std::is_constant_evaluated() && check_finite())
-        detail::check_finite_forward("gradix::assign", tmp.view(), e);
-      host::assign(dst, tmp.view());
+      if constexpr (std::is_same_v<DL, strided>) {
+        host::assign(dst, tmp.view());
+      } else {
+        for (index_t k = 0, n = tmp.size(); k < n; ++k) dst.data()[k] = tmp.data()[k];
+      }
     } else {
       host::assign(dst, e);
-      if (!std::is_constant_evaluated() && check_finite())
-        detail::check_finite_forward("gradix::assign", dst, e);
     }
+    if (!std::is_constant_evaluated() && check_finite())
+      detail::check_finite_forward("gradix::assign", dst, e);
   }
 }
 /// Evaluates e into an existing tensor of the same shape (see assign(view, e)).
@@ -119,7 +123,7 @@ constexpr auto value(E const& e_in) {
   if constexpr (shape_of_t<N>::rank == 0) {
     auto v = host::value(e);
     if (!std::is_constant_evaluated() && check_finite())
-      detail::check_finite_forward("gradix::value", scalar_node<decltype(v)>{v}, e);
+      detail::check_finite_value("gradix::value", v, e);
     return v;
   } else {
     return value_type_t<N>{};  // the static_assert above has fired

@@ -5,9 +5,10 @@
 /// and grad scan what they produce, and the first NaN or infinity throws gradix::error
 /// naming it:
 ///
-/// - a forward result: the element's coordinate, and the node that produced the first
-///   non-finite value (the first node, children before parents, whose value has one; or
-///   the input leaf that already held it);
+/// - a forward result: the element's coordinate, and the input leaf that already held a
+///   non-finite value, or the node that produced the first one (the first node, children
+///   before parents, whose value has one: with GRADIX_CHECK_FINITE_NODES, on by default
+///   without NDEBUG; it costs compile time);
 /// - a gradient: the parameter (its position among the expression's parameters, counted
 ///   from 0 in reading order, and its shape) and the element's coordinate.
 ///
@@ -25,6 +26,10 @@
 
 #include <atomic>
 #include <cstdlib>
+
+#if !defined(NDEBUG) && !defined(GRADIX_CHECK_FINITE_NODES)
+#define GRADIX_CHECK_FINITE_NODES 1
+#endif
 #include <string>
 #include <type_traits>
 
@@ -54,30 +59,67 @@ constexpr bool is_finite_value(T v) {
   if constexpr (std::is_floating_point_v<T>) return math::detail::cisfinite(double(v));
   else return true;
 }
-template <class T>
-char const* nonfinite_name(T v) {
-  return v != v ? "NaN" : (v > 0 ? "+inf" : "-inf");
-}
 
-template <std::size_t R>
-std::string coord_string(coord<R> const& c) {
-  std::string s = "[";
-  for (std::size_t k = 0; k < R; ++k) {
-    if (k) s += ", ";
-    s += std::to_string(c[k]);
+/// A non-finite value found at a coordinate (what the scans below return).
+struct nonfinite_at {
+  bool found = false;
+  std::size_t rank = 0;
+  index_t c[16] = {};
+  double value = 0;
+  char const* name() const { return value != value ? "NaN" : (value > 0 ? "+inf" : "-inf"); }
+  std::string coord() const {
+    std::string s = "[";
+    for (std::size_t k = 0; k < rank; ++k) {
+      if (k) s += ", ";
+      s += std::to_string(c[k]);
+    }
+    return s + "]";
   }
-  return s + "]";
+};
+/// The first non-finite element, in row-major coordinate order, of elements at
+/// p + sum c_k st_k (run-time rank: one instantiation per element type).
+template <class T>
+nonfinite_at scan_block(T const* p, std::size_t rank, index_t const* ext, index_t const* st) {
+  nonfinite_at r;
+  r.rank = rank;
+  index_t total = 1;
+  for (std::size_t k = 0; k < rank; ++k) total *= ext[k];
+  for (index_t n = 0; n < total; ++n) {
+    index_t off = 0;
+    for (std::size_t k = 0; k < rank; ++k) off += r.c[k] * st[k];
+    if (!is_finite_value(p[off])) {
+      r.found = true;
+      r.value = double(p[off]);
+      return r;
+    }
+    for (std::size_t k = rank; k-- > 0;) {
+      if (++r.c[k] < ext[k]) break;
+      r.c[k] = 0;
+    }
+  }
+  return {};
+}
+template <class V>
+nonfinite_at scan_view(V const& v) {
+  if constexpr (!std::is_floating_point_v<std::remove_const_t<typename V::element_type>> || V::rank > 16) {
+    return {};
+  } else {
+    auto ext = v.shape().extents();
+    auto const& st = v.strides();
+    return scan_block(static_cast<std::remove_const_t<typename V::element_type> const*>(v.data()), V::rank,
+                      &ext[0], &st[0]);
+  }
 }
 
 /// A short label of a node kind, for messages.
 template <class Op>
-std::string op_label() {
+constexpr char const* op_label() {
   if constexpr (requires { Op::name; }) return Op::name;
   else return "operation";
 }
 template <class N>
 struct node_label_of {
-  static std::string get() {
+  static constexpr char const* get() {
     if constexpr (is_param_node<N>::value) return "parameter";
     else if constexpr (is_view_v<N>) return "tensor";
     else return "node";
@@ -85,46 +127,46 @@ struct node_label_of {
 };
 template <class Op, class A>
 struct node_label_of<unary_node<Op, A>> {
-  static std::string get() { return op_label<Op>(); }
+  static constexpr char const* get() { return op_label<Op>(); }
 };
 template <class Op, class L, class R>
 struct node_label_of<binary_node<Op, L, R>> {
-  static std::string get() { return op_label<Op>(); }
+  static constexpr char const* get() { return op_label<Op>(); }
 };
 template <class Op, class A, axis_mask M, bool K>
 struct node_label_of<reduce_node<Op, A, M, K>> {
-  static std::string get() { return op_label<Op>(); }
+  static constexpr char const* get() { return op_label<Op>(); }
 };
 template <class A, std::size_t Axis, class Idx>
 struct node_label_of<index_node<A, Axis, Idx>> {
-  static std::string get() { return Idx::name; }
+  static constexpr char const* get() { return Idx::name; }
 };
 template <class A, std::size_t... P>
 struct node_label_of<permute_node<A, P...>> {
-  static std::string get() { return "permute"; }
+  static constexpr char const* get() { return "permute"; }
 };
 template <class A, std::size_t Axis>
 struct node_label_of<unsqueeze_node<A, Axis>> {
-  static std::string get() { return "unsqueeze"; }
+  static constexpr char const* get() { return "unsqueeze"; }
 };
 template <class A, class S>
 struct node_label_of<reshape_node<A, S>> {
-  static std::string get() { return "reshape"; }
+  static constexpr char const* get() { return "reshape"; }
 };
 template <class A, class S>
 struct node_label_of<broadcast_node<A, S>> {
-  static std::string get() { return "broadcast_to"; }
+  static constexpr char const* get() { return "broadcast_to"; }
 };
 
-/// Finds the first non-finite element of node n over its whole shape (in row-major order):
-/// calls found(coord, value) and returns true, or returns false. Serial, element by element.
-template <class N, class F>
-bool first_nonfinite(N const& n, F&& found) {
+/// The first non-finite element of node n over its whole shape (row-major order), computed
+/// element by element with n's evaluator.
+template <class N>
+nonfinite_at first_nonfinite(N const& n) {
   using T = value_type_t<N>;
+  constexpr std::size_t R = shape_of_t<N>::rank;
   if constexpr (!std::is_floating_point_v<T>) {
-    return false;
+    return {};
   } else {
-    constexpr std::size_t R = shape_of_t<N>::rank;
     ev::evaluator<N> ev(n);
     auto ext = n.shape().extents();
     index_t const total = n.shape().size();
@@ -132,20 +174,31 @@ bool first_nonfinite(N const& n, F&& found) {
     for (index_t k = 0; k < total; ++k) {
       T v = ev(c);
       if (!is_finite_value(v)) {
-        found(c, v);
-        return true;
+        nonfinite_at r{true, R, {}, double(v)};
+        for (std::size_t j = 0; j < R && j < 16; ++j) r.c[j] = c[j];
+        return r;
       }
       for (std::size_t j = R; j-- > 0;) {
         if (++c[j] < ext[j]) break;
         c[j] = 0;
       }
     }
-    return false;
+    return {};
   }
 }
 
-/// Walks n children first; the first node with a non-finite element is reported through
-/// `msg` (returns true).
+/// "the node log (shape [3, 4]) produced NaN at [0, 0]"
+inline std::string describe_nonfinite(bool leaf, char const* label, std::string const& shape,
+                                      nonfinite_at const& r) {
+  return std::string(leaf ? "the input " : "the node ") + label + " (shape " + shape + ") " +
+         (leaf ? "holds " : "produced ") + r.name() + " at " + r.coord();
+}
+
+/// Walks n children first; the first input leaf, or (with GRADIX_CHECK_FINITE_NODES, the
+/// default without NDEBUG) the first node, with a non-finite element is described in `msg`
+/// (returns true). Naming the node evaluates every node of the expression on its own, which
+/// costs compile time in every translation unit; without it the message names the input
+/// that holds the value, or says that the expression produced it.
 template <class N>
 bool locate_nonfinite(N const& n, std::string& msg) {
   if constexpr (requires { n.lhs_; n.rhs_; }) {
@@ -153,70 +206,76 @@ bool locate_nonfinite(N const& n, std::string& msg) {
   } else if constexpr (requires { n.arg_; }) {
     if (locate_nonfinite(n.arg_, msg)) return true;
   }
-  if constexpr (std::is_same_v<N, scalar_node<value_type_t<N>>>) {
-    return false;
+  constexpr bool leaf = is_view_v<N> || is_param_node<N>::value;
+  nonfinite_at r;
+  if constexpr (is_param_node<N>::value) {
+    r = scan_view(n.view_);
+  } else if constexpr (is_view_v<N>) {
+    r = scan_view(n);
+  } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>>) {
+#if defined(GRADIX_CHECK_FINITE_NODES)
+    r = first_nonfinite(n);
+#endif
   }
-  bool leaf = is_view_v<N> || is_param_node<N>::value;
-  return first_nonfinite(n, [&](auto const& c, auto v) {
-    msg = std::string(leaf ? "the input " : "the node ") + node_label_of<N>::get() + " (shape " +
-          to_string(n.shape()) + ") " + (leaf ? "holds " : "produced ") + nonfinite_name(v) +
-          " at " + coord_string(c);
-  });
+  if (!r.found) return false;
+  msg = describe_nonfinite(leaf, node_label_of<N>::get(), to_string(n.shape()), r);
+  return true;
 }
 
-/// Throws when the forward result (already computed) has a non-finite element: `result` is
-/// the evaluated node (a view of the destination or the value as a scalar node).
-template <class Result, class E>
-void check_finite_forward(char const* op, Result const& result, E const& e) {
-  first_nonfinite(result, [&](auto const& c, auto v) {
-    std::string where;
-    if (!locate_nonfinite(e, where)) where = "no node produced it on its own";
-    fail(op, ": check_finite: element ", coord_string(c), " of the result is ", nonfinite_name(v),
-         "; ", where);
-  });
+[[noreturn]] inline void fail_nonfinite(char const* op, nonfinite_at const& r, std::string const& where) {
+  fail(op, ": check_finite: element ", r.coord(), " of the result is ", r.name(), "; ", where);
 }
 
-/// Throws when a gradient storage holds a non-finite element (dense: anywhere; sparse: in
-/// a stored slice).
+/// Throws when a forward result (already computed: a view of it) has a non-finite element.
+template <class V, class E>
+void check_finite_forward(char const* op, V const& result, E const& e) {
+  nonfinite_at r = scan_view(result);
+  if (!r.found) return;
+  std::string where;
+  if (!locate_nonfinite(e, where)) {
+#if defined(GRADIX_CHECK_FINITE_NODES)
+    where = "no node produced it on its own";
+#else
+    where = "the inputs are finite: the expression produced it (define GRADIX_CHECK_FINITE_NODES, "
+            "or build without NDEBUG, to name the node)";
+#endif
+  }
+  fail_nonfinite(op, r, where);
+}
+/// The same for a rank-0 value.
+template <class T, class E>
+void check_finite_value(char const* op, T v, E const& e) {
+  if (is_finite_value(v)) return;
+  check_finite_forward(op, tensor_view<T const, shape<>>(&v, shape<>{}), e);
+}
+
+[[noreturn]] inline void fail_nonfinite_gradient(char const* op, std::size_t param_pos,
+                                                 std::string const& shape, nonfinite_at const& r) {
+  fail(op, ": check_finite: the gradient of parameter ", param_pos, " (shape ", shape, ") is ",
+       r.name(), " at ", r.coord());
+}
+
+/// Throws when a gradient storage holds a non-finite element (dense: anywhere; sparse: in a
+/// stored slice).
 template <class G>
 void check_finite_gradient(char const* op, G const& g, std::size_t param_pos) {
   using T = typename G::value_type;
   constexpr std::size_t R = G::rank;
-  auto report = [&](auto const& c, T v) {
-    fail(op, ": check_finite: the gradient of parameter ", param_pos, " (shape ",
-         to_string(g.shape()), ") is ", nonfinite_name(v), " at ", coord_string(c));
-  };
-  if constexpr (!std::is_floating_point_v<T>) {
-    return;
-  } else if constexpr (!G::sparse) {
-    first_nonfinite(g.dense().view(), report);
-  } else {
-    // a stored slice's elements lie at strides() over the other axes (layout order)
-    auto const& st = g.strides();
-    for (index_t k = 0; k < g.size(); ++k) {
-      T const* p = g.slice_data(k);
-      for (index_t e = 0; e < g.slice_elements(); ++e) {
-        if (is_finite_value(p[e])) continue;
-        coord<R> c{};
-        c[G::axis] = g.id(k);
-        // the other axes, largest stride first
-        array<std::size_t, R> order{};
-        for (std::size_t a = 0; a < R; ++a) order[a] = a;
-        for (std::size_t a = 0; a < R; ++a)
-          for (std::size_t b = a + 1; b < R; ++b)
-            if (st[order[b]] > st[order[a]]) {
-              std::size_t t = order[a];
-              order[a] = order[b];
-              order[b] = t;
-            }
-        index_t rest = e;
-        for (std::size_t a = 0; a < R; ++a) {
-          std::size_t ax = order[a];
-          if (ax == G::axis) continue;
-          c[ax] = rest / st[ax];
-          rest %= st[ax];
-        }
-        report(c, p[e]);
+  if constexpr (std::is_floating_point_v<T> && R <= 16) {
+    if constexpr (!G::sparse) {
+      nonfinite_at r = scan_view(g.dense().view());
+      if (r.found) fail_nonfinite_gradient(op, param_pos, to_string(g.shape()), r);
+    } else {
+      // each stored slice is a block over the other axes at strides(); its position along
+      // the sparse axis is its id
+      auto ext = g.shape().extents();
+      ext[G::axis] = 1;
+      auto const& st = g.strides();
+      for (index_t k = 0; k < g.size(); ++k) {
+        nonfinite_at r = scan_block(g.slice_data(k), R, &ext[0], &st[0]);
+        if (!r.found) continue;
+        r.c[G::axis] = g.id(k);  // (0 in the block)
+        fail_nonfinite_gradient(op, param_pos, to_string(g.shape()), r);
       }
     }
   }
