@@ -35,6 +35,8 @@ using gx::index_t;
 
 namespace {
 
+__extension__ typedef __int128 i128;  // the reference's exact range arithmetic
+
 struct reader {
   std::uint8_t const* p;
   std::size_t n;
@@ -147,14 +149,14 @@ struct index_op {
     }
     if (kind == 1) {
       if (step == 0) return false;
-      __int128 n = 0, s = start, e = stop, d = step;
+      i128 n = 0, s = start, e = stop, d = step;
       if (d > 0 && e > s) n = (e - s - 1) / d + 1;
       if (d < 0 && e < s) n = (s - e - 1) / (-d) + 1;
       if (n > std::numeric_limits<std::int64_t>::max()) return false;
       if (n == 0) return true;
-      __int128 last = s + d * (n - 1);
+      i128 last = s + d * (n - 1);
       if (s < 0 || s >= extent || last < 0 || last >= extent) return false;
-      for (__int128 k = 0; k < n; ++k) out.push_back(index_t(s + d * k));
+      for (i128 k = 0; k < n; ++k) out.push_back(index_t(s + d * k));
       return true;
     }
     long double v = pos_unsigned ? (long double)pos : (long double)std::int64_t(pos);

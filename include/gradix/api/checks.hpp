@@ -103,6 +103,13 @@ byte_range range_of_index(I const& idx) {
 }
 inline bool overlap(byte_range a, byte_range b) { return a.lo < b.hi && b.lo < a.hi; }
 
+/// Same rank and strides (same element addressing from the same base).
+template <class A, class B>
+constexpr bool same_strides(A const& a, B const& b) {
+  if constexpr (A::rank != B::rank) return false;
+  else return a.strides() == b.strides();
+}
+
 /// Does evaluating e into dst element by element read memory that dst writes, other than
 /// each element at the coordinate being written? (`x = x * 2 + 1` does not; `x =
 /// transpose(x)`, `x = x(range(4, -1, -1))` or a gather from x does.)
@@ -119,7 +126,7 @@ constexpr bool aliases(DV const& dst, N const& e) {
           else return leaf;
         }();
         if (static_cast<void const*>(v.data()) == static_cast<void const*>(dst.data()) &&
-            !(in_place && v.strides() == dst.strides()))
+            !(in_place && same_strides(v, dst)))
           hit = true;
       }
     });
@@ -141,7 +148,7 @@ constexpr bool aliases(DV const& dst, N const& e) {
       using DT = std::remove_const_t<typename DV::element_type>;
       bool same_place = in_place && sizeof(VT) == sizeof(DT) &&
                         static_cast<void const*>(v.data()) == static_cast<void const*>(dst.data()) &&
-                        v.strides() == dst.strides();
+                        same_strides(v, dst);
       if (!same_place) hit = true;
     }
   });

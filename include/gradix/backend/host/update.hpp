@@ -18,7 +18,6 @@
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
-#include "gradix/core/error.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/ad.hpp"
 #include "gradix/eval/map.hpp"
@@ -42,16 +41,11 @@ struct scratch_buffer {
   scratch_buffer(scratch_buffer const&) = delete;
   scratch_buffer& operator=(scratch_buffer const&) = delete;
   ~scratch_buffer() { ::operator delete(p_, std::align_val_t{64}); }
-  /// Makes room for `need` bytes (gradix::error when out of memory; the old buffer is kept).
+  /// Makes room for `need` bytes (std::bad_alloc when out of memory, the old buffer kept).
   void reserve(std::size_t need) {
     if (need <= bytes_) return;
     std::size_t b = std::max(need, bytes_ * 2);
-    void* q = nullptr;
-    try {
-      q = ::operator new(b, std::align_val_t{64});
-    } catch (std::bad_alloc const&) {
-      gradix::detail::fail("gradix::backward: out of memory reserving ", b, " bytes of scratch");
-    }
+    void* q = ::operator new(b, std::align_val_t{64});
     ::operator delete(p_, std::align_val_t{64});
     p_ = q;
     bytes_ = b;
@@ -195,6 +189,10 @@ constexpr void prepare(Use const& u) {
 }
 
 namespace detail {
+/// The domain axes of a kernel's outer loops: neither the inner axis nor projected ones.
+template <class K>
+inline constexpr std::uint64_t outer_mask_v = ad::detail::non_inner_mask<K> & ~K::projected_mask;
+
 /// The loop sizes of one use: outer, inner and projected extents (empty: nothing to do).
 template <class Use>
 struct use_sizes {
@@ -207,8 +205,7 @@ constexpr use_sizes<Use> sizes_of(Use const& u) {
   constexpr std::size_t RD = K::domain_rank;
   constexpr int I = K::inner_axis;
   constexpr std::uint64_t P = K::projected_mask;
-  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
-  constexpr std::uint64_t O = all_mask & ~P & ~(I >= 0 ? std::uint64_t(1) << (I < 0 ? 0 : I) : 0);
+  constexpr std::uint64_t O = outer_mask_v<K>;
   use_sizes<Use> r;
   auto ext = u.dom_.extents();
   for (std::size_t j = 0; j < RD; ++j) {
@@ -262,8 +259,7 @@ void run(Use const& u) {
   constexpr std::size_t RD = K::domain_rank;
   constexpr int I = K::inner_axis;
   constexpr std::uint64_t P = K::projected_mask;
-  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
-  constexpr std::uint64_t O = all_mask & ~P & ~(I >= 0 ? std::uint64_t(1) << (I < 0 ? 0 : I) : 0);
+  constexpr std::uint64_t O = detail::outer_mask_v<K>;
 
   auto ext = u.dom_.extents();
   auto const sizes = detail::sizes_of(u);
