@@ -1,8 +1,8 @@
 // Fuzz target: index and view operations, forward and backward, against a naive reference.
 //
 // The input bytes choose a parameter (shape up to 8 x 8, possibly empty; row- or
-// column-major; dense or sparse gradient, along the indexed axis or the other), an index
-// operation along an
+// column-major; a sparse gradient along the indexed axis, or a dense one tracking the
+// other axis), an index operation along an
 // axis (a gather with indices of type int8/uint16/int32/int64/uint64 that may repeat, be
 // empty, negative, out of range or extreme; a range with extreme start/stop/step; a select
 // or `at` with extreme positions), an elementwise function, and a change of the
@@ -261,16 +261,14 @@ void run_case(reader& in, index_t rows, index_t cols, index_op const& op, elemen
 extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
   reader in{data, size};
   index_t rows = in.u8() % 9, cols = in.u8() % 9;
-  int config = in.u8() % 4;
+  int config = in.u8() % 2;
   element_fn fn{in.u8() % 3};
   index_op op;
   op.read(in);
-  switch (config) {
-    case 0: run_case<gx::row_major, gx::dense_grad_t<0>, 0>(in, rows, cols, op, fn); break;
-    case 1: run_case<gx::row_major, gx::sparse_grad_t<1>, 1>(in, rows, cols, op, fn); break;
-    case 2: run_case<gx::col_major, gx::sparse_grad_t<0>, 0>(in, rows, cols, op, fn); break;
-    default: run_case<gx::col_major, gx::dense_grad_t<0>, 1>(in, rows, cols, op, fn); break;
-  }
+  // (two configurations: each one instantiates nine backward passes, and the fuzz build
+  // runs under ASan + UBSan in CI)
+  if (config == 0) run_case<gx::row_major, gx::sparse_grad_t<0>, 0>(in, rows, cols, op, fn);
+  else run_case<gx::col_major, gx::dense_grad_t<0>, 1>(in, rows, cols, op, fn);
   return 0;
 }
 
