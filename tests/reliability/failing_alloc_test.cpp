@@ -140,4 +140,7 @@ TEST_CASE("strong guarantee: grad, zero_grad, assignment and eval, every allocat
   CHECK(fail_each_allocation([&] { t = gx::transpose(t) + 1.0; }, tsnap) >= 1);  // a temporary
   fail_each_allocation([&] { auto u = gx::eval(gx::exp(t)); (void)u; }, tsnap);
   fail_each_allocation([&] { t = gx::iota<double>(gx::dims(41, 40)); }, tsnap);  // new size
+  // making parameters: dense and sparse storage
+  CHECK(fail_each_allocation([&] { auto q = gx::param(gx::iota<float>(gx::dims(30, 20)), gx::sparse_grad<1>); }, tsnap) >= 2);
+  CHECK(fail_each_allocation([&] { auto q = gx::param(gx::iota<float>(gx::dims(30, 20))); }, tsnap) >= 2);
 }

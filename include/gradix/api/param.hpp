@@ -11,6 +11,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/grad/storage.hpp"
 
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -34,7 +35,7 @@ class parameter {
   using storage_type =
       grad_storage_t<T, Shape, Layout, std::conditional_t<spec_ok, Spec, dense_grad_t<0>>>;
 
-  constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(new impl(std::move(value))) {
+  constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(make_impl(std::move(value))) {
 #if defined(GRADIX_CHECK_LIFETIMES)
     if (!std::is_constant_evaluated()) impl_->gen_ = detail::lifetime_begin(impl_);
 #endif
@@ -93,6 +94,14 @@ class parameter {
     std::uint64_t gen_ = 0;
 #endif
   };
+  static constexpr impl* make_impl(tensor<T, Shape, Layout>&& value) {
+    try {
+      return new impl(std::move(value));
+    } catch (std::bad_alloc const&) {  // the gradient storage's tracking arrays
+      detail::fail("gradix::param: out of memory allocating the gradient storage for shape ",
+                   to_string(value.shape()));
+    }
+  }
   constexpr void release() {
 #if defined(GRADIX_CHECK_LIFETIMES)
     if (impl_ && !std::is_constant_evaluated()) detail::lifetime_end(impl_);
