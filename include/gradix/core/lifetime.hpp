@@ -12,13 +12,14 @@
 /// The check costs a mutex and a hash lookup per leaf and call: a debugging aid.
 ///
 /// The macro changes the layout of tensor_view and index_vec: defining it in some
-/// translation units and not in others breaks the one-definition rule.
+/// translation units and not in others breaks the one-definition rule. (Host functions
+/// only; declared in nvcc's device pass too, where host code is still parsed.)
 
 #include "gradix/config.hpp"
 
 #include <cstdint>
 
-#if defined(GRADIX_CHECK_LIFETIMES) && !defined(__CUDA_ARCH__)
+#if defined(GRADIX_CHECK_LIFETIMES)
 #include <mutex>
 #include <new>
 #include <unordered_map>

@@ -178,7 +178,9 @@ constexpr index_t checked_position(J j, char const* op) {
 template <class J>
   requires std::is_integral_v<J>
 constexpr index_at at(J j) {
-  return {detail::checked_position(j, "gradix::at")};
+  index_at r{};
+  r.pos_ = detail::checked_position(j, "gradix::at");
+  return r;
 }
 
 namespace detail {
@@ -219,7 +221,7 @@ template <class X>
 constexpr index_arg_t<X> index_arg(X const& x) {
   using D = std::remove_cvref_t<X>;
   if constexpr (std::is_same_v<index_arg_t<X>, index_select> && !std::is_same_v<D, index_select>)
-    return index_select{checked_position(x, "gradix::select")};
+    return index_select{index_t(checked_position(x, "gradix::select"))};
   else if constexpr (std::is_same_v<index_arg_t<X>, D>)
     return x;
   else
@@ -416,7 +418,9 @@ constexpr auto slice(X&& x, index_t start, index_t stop, index_t step = 1) {
 template <int Axis, operand X, class J>
   requires std::is_integral_v<J>
 constexpr auto select(X&& x, J j) {
-  return gather<Axis>(static_cast<X&&>(x), index_select{detail::checked_position(j, "gradix::select")});
+  index_select s{};
+  s.pos_ = detail::checked_position(j, "gradix::select");
+  return gather<Axis>(static_cast<X&&>(x), s);
 }
 
 /// One index argument per axis: `index(e, all, indices(i))`, `index(e, 2, range(0, 8, 2))`.
