@@ -114,8 +114,13 @@ class parameter {
 /// A parameter from a tensor; the gradient storage is dense (tracking slices along axis 0)
 /// unless given: `param(t, sparse_grad<1>)`, `param(t, dense_grad<1>)`.
 template <class T, class S, class L, class Spec = dense_grad_t<0>>
-constexpr parameter<T, S, L, Spec> param(tensor<T, S, L> value, Spec = {}) {
-  return parameter<T, S, L, Spec>(std::move(value));
+constexpr auto param(tensor<T, S, L> value, Spec = {}) {
+  constexpr bool ok = Spec::axis < S::rank || (S::rank == 0 && !Spec::sparse);
+  static_assert(ok, "gradix::param: the gradient axis is out of range for the tensor's rank (a "
+                    "rank-0 parameter takes dense_grad only)");
+  // after a failed check, a dense parameter: one message, not a second one
+  using P = parameter<T, S, L, std::conditional_t<ok, Spec, dense_grad_t<0>>>;
+  return P(std::move(value));
 }
 
 }  // namespace gradix
