@@ -107,7 +107,7 @@ nonfinite_at scan_view(V const& v) {
     auto ext = v.shape().extents();
     auto const& st = v.strides();
     return scan_block(static_cast<std::remove_const_t<typename V::element_type> const*>(v.data()), V::rank,
-                      &ext[0], &st[0]);
+                      ext.begin(), st.begin());  // begin(): rank 0 has no element 0
   }
 }
 
@@ -272,7 +272,7 @@ void check_finite_gradient(char const* op, G const& g, std::size_t param_pos) {
       ext[G::axis] = 1;
       auto const& st = g.strides();
       for (index_t k = 0; k < g.size(); ++k) {
-        nonfinite_at r = scan_block(g.slice_data(k), R, &ext[0], &st[0]);
+        nonfinite_at r = scan_block(g.slice_data(k), R, ext.begin(), st.begin());
         if (!r.found) continue;
         r.c[G::axis] = g.id(k);  // (0 in the block)
         fail_nonfinite_gradient(op, param_pos, to_string(g.shape()), r);
