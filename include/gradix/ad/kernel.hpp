@@ -3,12 +3,17 @@
 /// Update kernels as types: a `use` (one parameter use: add v(d) to the gradient at m(d) for
 /// d in D), the facts its type implies (`kernel_traits`), and `fused_use`: two uses with the
 /// same domain and value expression (the operands of one `+`) run as one loop nest with two
-/// targets, computing the value once.
+/// targets, computing the value once. `eval_cost_v<V>`: the evaluator nodes a value expression
+/// visits per domain element.
 
 #include "gradix/ad/map.hpp"
 #include "gradix/ad/value.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/expr/view.hpp"
 
 #include <cstdint>
 #include <type_traits>
@@ -126,5 +131,42 @@ inline constexpr bool fusable_v = [] {
             (detail::projected_only<K1> && detail::outer_only<K2>));
   }
 }();
+
+// ---------------------------------------------------------------------------------------
+// Work per domain element (types only): how many evaluator nodes a kernel's value
+// expression visits for one element of its domain, counting every recomputation. A
+// reduction read inside a value expression counts `reduction_weight` times its operand, a
+// stand-in for its reduced extent. tests/plan asserts that chains cost O(depth).
+
+inline constexpr std::size_t reduction_weight = 1024;
+
+template <class V>
+struct eval_cost : std::integral_constant<std::size_t, 1> {};  // leaves and unknown nodes
+template <class Op, class A>
+struct eval_cost<unary_node<Op, A>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class Op, class L, class R>
+struct eval_cost<binary_node<Op, L, R>>
+    : std::integral_constant<std::size_t, 1 + eval_cost<L>::value + eval_cost<R>::value> {};
+template <class Sub, class M, class D>
+struct eval_cost<at_map_node<Sub, M, D>> : eval_cost<Sub> {};
+template <class V, class D>
+struct eval_cost<extend_node<V, D>> : eval_cost<V> {};
+template <class Top, class P>
+struct eval_cost<path_deriv_node<Top, P>> : eval_cost<Top> {};  // one pass over Top (a bound)
+template <class Op, class A, std::uint64_t Mask, bool Keep>
+struct eval_cost<reduce_node<Op, A, Mask, Keep>>
+    : std::integral_constant<std::size_t, 1 + reduction_weight * eval_cost<A>::value> {};
+template <class A, std::size_t Axis, class Idx>
+struct eval_cost<index_node<A, Axis, Idx>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, std::size_t... P>
+struct eval_cost<permute_node<A, P...>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, std::size_t Axis>
+struct eval_cost<unsqueeze_node<A, Axis>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, class S>
+struct eval_cost<broadcast_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, class S>
+struct eval_cost<reshape_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class V>
+inline constexpr std::size_t eval_cost_v = eval_cost<V>::value;
 
 }  // namespace gradix::ad

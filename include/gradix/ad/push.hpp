@@ -6,7 +6,12 @@
 /// its operands receive, and every parameter leaf yields one *use* (an update kernel:
 /// "for every d in D, add v(d) to the gradient at m(d)").
 ///
-///   elementwise   v * (local derivative at m(d)); broadcasts compose a projection
+///   elementwise   a region of unary/binary nodes is differentiated as a whole: v is held
+///                 *pending* (v0, the region's top node, the path taken) while the push
+///                 descends, and settles into v0 * d top / d node (one path_deriv_node,
+///                 O(depth) per element) where the region ends; constant partials (+, -,
+///                 casts) and products by a sibling outside a region stay plain factors;
+///                 broadcasts compose a projection
 ///   sum / mean    D grows by the reduced axes (v does not depend on them); mean scales
 ///   max           the reduced axes map to the first arg-max
 ///   index / view  m is composed with the node's own coordinate map
@@ -46,7 +51,91 @@ struct grown_domain {
 
 template <class E>
 inline constexpr bool differentiable_v = std::is_floating_point_v<value_type_t<E>>;
+
+/// The local partial kinds along a path from Top.
+template <class Node, class P>
+struct path_kinds_impl {
+  template <std::size_t N>
+  static constexpr void fill(array<partial_kind, N>&, std::size_t) {}
+};
+template <class Node, std::size_t S, std::size_t... R>
+struct path_kinds_impl<Node, path<S, R...>> {
+  template <std::size_t N>
+  static constexpr void fill(array<partial_kind, N>& a, std::size_t i) {
+    a[i] = partial_of_v<Node, S>;
+    path_kinds_impl<typename path_child<Node, S>::type, path<R...>>::fill(a, i + 1);
+  }
+};
+template <class Top, std::size_t... S>
+constexpr array<partial_kind, sizeof...(S)> path_kinds(path<S...>) {
+  array<partial_kind, sizeof...(S)> a{};
+  path_kinds_impl<Top, path<S...>>::fill(a, 0);
+  return a;
+}
+
+/// The first K steps of a path.
+template <class P, std::size_t K>
+struct take_path;
+template <std::size_t... S, std::size_t K>
+struct take_path<path<S...>, K> {
+  static constexpr std::size_t steps[sizeof...(S) + 1] = {S..., 0};
+  template <std::size_t... I>
+  static path<steps[I]...> make(std::index_sequence<I...>);
+  using type = decltype(make(std::make_index_sequence<K>{}));
+};
 }  // namespace detail
+
+/// A mapped adjoint inside an elementwise region, not yet multiplied out: the adjoint of
+/// the current node is v0(d) * (d Top / d node)(mtop(d)), where Path leads from Top to the
+/// node. The push extends Path through unary and binary nodes and settles it (`settle`)
+/// where the region ends (a parameter, a reduction, an index or view node).
+template <class V0, class Top, class Path, class MTop>
+struct pending {
+  V0 v0_;
+  Top top_;
+  MTop mtop_;
+};
+template <class V>
+struct is_pending : std::false_type {};
+template <class V0, class Top, class Path, class MTop>
+struct is_pending<pending<V0, Top, Path, MTop>> : std::true_type {};
+
+/// The path one step further (operand Side of the current node).
+template <std::size_t Side, class V0, class Top, std::size_t... S, class MTop>
+constexpr auto extend_path(pending<V0, Top, path<S...>, MTop> const& p) {
+  return pending<V0, Top, path<S..., Side>, MTop>{p.v0_, p.top_, p.mtop_};
+}
+
+/// The plain value expression of a (possibly pending) adjoint over domain dom. Trailing steps
+/// with constant partials (+, -, casts) are dropped from the path and become a sign, so the
+/// operands of one `+` get the same value expression (and may share a loop: fused_use).
+template <class V, class D>
+constexpr auto settle(V const& v, D const& dom) {
+  if constexpr (!is_pending<V>::value) {
+    return v;
+  } else {
+    return [&]<class V0, class Top, class P, class MTop>(pending<V0, Top, P, MTop> const& p) {
+      constexpr auto kinds = detail::path_kinds<Top>(P{});
+      constexpr std::size_t keep = [&] {
+        std::size_t k = 0;
+        for (std::size_t i = 0; i < kinds.size(); ++i)
+          if (kinds[i] == partial_kind::general || kinds[i] == partial_kind::sibling) k = i + 1;
+        return k;
+      }();
+      constexpr bool negative = [&] {
+        bool n = false;
+        for (std::size_t i = keep; i < kinds.size(); ++i)
+          if (kinds[i] == partial_kind::minus_one) n = !n;
+        return n;
+      }();
+      static_assert(keep > 0, "gradix internal: a pending region starts at a non-constant partial");
+      using P2 = typename detail::take_path<P, keep>::type;
+      auto f = mul_v(p.v0_, at_map_node<path_deriv_node<Top, P2>, MTop, D>{{p.top_}, p.mtop_, dom});
+      if constexpr (negative) return neg_v(f);
+      else return f;
+    }(v);
+  }
+}
 
 // Every overload is declared before the first definition: an elementwise node pushes into its
 // operands by unqualified call, and with a seed (a plain view) and an empty map none of the
@@ -85,20 +174,26 @@ constexpr tuple<> push(detach_node<A> const&, D const&, V const&, M const&) {
 template <class View, class G, class D, class V, class M>
 constexpr auto push(param_node<View, G> const& p, D const& dom, V const& v, M const& m) {
   if constexpr (!std::is_floating_point_v<typename View::value_type>) return tuple<>{};
-  else return make_tuple(use<D, V, M, G>{dom, v, m, p.grad_});
+  else {
+    auto w = settle(v, dom);
+    return make_tuple(use<D, decltype(w), M, G>{dom, w, m, p.grad_});
+  }
 }
 
 // Elementwise.
 template <class Op, class A, class D, class V, class M>
 constexpr auto push(unary_node<Op, A> const& n, D const& dom, V const& v, M const& m) {
-  if constexpr (!detail::differentiable_v<A> || !detail::differentiable_v<unary_node<Op, A>>) {
+  using N = unary_node<Op, A>;
+  if constexpr (!detail::differentiable_v<A> || !detail::differentiable_v<N>) {
     return tuple<>{};
-  } else if constexpr (std::is_same_v<Op, op::neg>) {
+  } else if constexpr (is_pending<V>::value) {
+    return push(n.arg_, dom, extend_path<0>(v), m);
+  } else if constexpr (partial_of_v<N, 0> == partial_kind::minus_one) {
     return push(n.arg_, dom, neg_v(v), m);
-  } else if constexpr (requires { typename Op::result_type; }) {  // cast
+  } else if constexpr (partial_of_v<N, 0> == partial_kind::plus_one) {  // cast
     return push(n.arg_, dom, v, m);
-  } else {
-    return push(n.arg_, dom, mul_v(v, at_map_node<unary_deriv_node<Op, A>, M, D>{{n.arg_}, m, dom}), m);
+  } else {  // a region starts here
+    return push(n.arg_, dom, pending<V, N, path<0>, M>{v, n, m}, m);
   }
 }
 
@@ -106,28 +201,30 @@ template <class Op, class L, class R, class D, class V, class M>
 constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M const& m) {
   auto ml = compose_broadcast<shape_of_t<L>>(m);
   auto mr = compose_broadcast<shape_of_t<R>>(m);
-  auto left = [&] {
-    if constexpr (!detail::differentiable_v<L>) return tuple<>{};
-    else if constexpr (std::is_same_v<Op, op::add> || std::is_same_v<Op, op::sub>)
-      return push(n.lhs_, dom, v, ml);
+  using N = binary_node<Op, L, R>;
+  // The adjoint operand Side receives: inside a region, the path grows; outside, constant
+  // partials pass v on, a product multiplies by the other operand (read at its own map, so
+  // the value depends on no more axes than that operand does), and any other partial
+  // starts a region here.
+  auto side = [&]<std::size_t Side>(auto const& child, auto const& mc, auto const& other,
+                                    auto const& mo) {
+    using C = std::remove_cvref_t<decltype(child)>;
+    using O = std::remove_cvref_t<decltype(other)>;
+    if constexpr (!detail::differentiable_v<C>) return tuple<>{};
+    else if constexpr (is_pending<V>::value)
+      return push(child, dom, extend_path<Side>(v), mc);
+    else if constexpr (partial_of_v<N, Side> == partial_kind::plus_one)
+      return push(child, dom, v, mc);
+    else if constexpr (partial_of_v<N, Side> == partial_kind::minus_one)
+      return push(child, dom, neg_v(v), mc);
     else if constexpr (std::is_same_v<Op, op::mul>)
-      return push(n.lhs_, dom, mul_v(v, at_map_node<R, decltype(mr), D>{n.rhs_, mr, dom}), ml);
+      return push(child, dom,
+                  mul_v(v, at_map_node<O, std::remove_cvref_t<decltype(mo)>, D>{other, mo, dom}), mc);
     else
-      return push(n.lhs_, dom,
-                  mul_v(v, at_map_node<binary_deriv_node<Op, L, R, 0>, M, D>{{n}, m, dom}), ml);
-  }();
-  auto right = [&] {
-    if constexpr (!detail::differentiable_v<R>) return tuple<>{};
-    else if constexpr (std::is_same_v<Op, op::add>)
-      return push(n.rhs_, dom, v, mr);
-    else if constexpr (std::is_same_v<Op, op::sub>)
-      return push(n.rhs_, dom, neg_v(v), mr);
-    else if constexpr (std::is_same_v<Op, op::mul>)
-      return push(n.rhs_, dom, mul_v(v, at_map_node<L, decltype(ml), D>{n.lhs_, ml, dom}), mr);
-    else
-      return push(n.rhs_, dom,
-                  mul_v(v, at_map_node<binary_deriv_node<Op, L, R, 1>, M, D>{{n}, m, dom}), mr);
-  }();
+      return push(child, dom, pending<V, N, path<Side>, M>{v, n, m}, mc);
+  };
+  auto left = side.template operator()<0>(n.lhs_, ml, n.rhs_, mr);
+  auto right = side.template operator()<1>(n.rhs_, mr, n.lhs_, ml);
   if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
                 decltype(right)::size == 1) {
     using UL = std::remove_cvref_t<decltype(get<0>(left))>;
@@ -143,7 +240,9 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
 template <class Op, class A, std::uint64_t Mask, bool Keep, class D, class V, class M>
 constexpr auto push(reduce_node<Op, A, Mask, Keep> const& n, D const& dom, V const& v, M const& m) {
   using SA = shape_of_t<A>;
-  if constexpr (!detail::differentiable_v<A>) {
+  if constexpr (is_pending<V>::value) {
+    return push(n, dom, settle(v, dom), m);
+  } else if constexpr (!detail::differentiable_v<A>) {
     return tuple<>{};
   } else if constexpr (std::is_same_v<Op, op::max_of>) {
     return push(n.arg_, dom, v, compose_argmax<Mask, Keep, SA::rank>(n, m));
@@ -169,25 +268,31 @@ constexpr auto push(reduce_node<Op, A, Mask, Keep> const& n, D const& dom, V con
 // Index and view nodes.
 template <class A, std::size_t Axis, class Idx, class D, class V, class M>
 constexpr auto push(index_node<A, Axis, Idx> const& n, D const& dom, V const& v, M const& m) {
-  return push(n.arg_, dom, v, compose_index<Axis, Idx, shape_of_t<A>::rank>(m, n.idx_));
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, compose_index<Axis, Idx, shape_of_t<A>::rank>(m, n.idx_));
 }
 template <class A, std::size_t... P, class D, class V, class M>
 constexpr auto push(permute_node<A, P...> const& n, D const& dom, V const& v, M const& m) {
-  return push(n.arg_, dom, v, compose_permute<P...>(m));
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, compose_permute<P...>(m));
 }
 template <class A, std::size_t Axis, class D, class V, class M>
 constexpr auto push(unsqueeze_node<A, Axis> const& n, D const& dom, V const& v, M const& m) {
-  return push(n.arg_, dom, v, compose_unsqueeze<Axis>(m));
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, compose_unsqueeze<Axis>(m));
 }
 template <class A, class S, class D, class V, class M>
 constexpr auto push(broadcast_node<A, S> const& n, D const& dom, V const& v, M const& m) {
-  return push(n.arg_, dom, v, compose_broadcast<shape_of_t<A>>(m));
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, compose_broadcast<shape_of_t<A>>(m));
 }
 template <class A, class S, class D, class V, class M>
 constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M const& m) {
-  return push(n.arg_, dom, v,
-              compose_reshape<shape_of_t<A>::rank, S::rank>(m, n.shape_.extents(),
-                                                            n.arg_.shape().extents()));
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else
+    return push(n.arg_, dom, v,
+                compose_reshape<shape_of_t<A>::rank, S::rank>(m, n.shape_.extents(),
+                                                              n.arg_.shape().extents()));
 }
 
 }  // namespace gradix::ad

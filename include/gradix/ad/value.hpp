@@ -6,8 +6,8 @@
 ///   one_node<T, D>              the seed 1 (a type: 1 * v simplifies to v)
 ///   at_map_node<Sub, M, D>      forward sub-expression Sub recomputed at M(d)
 ///   extend_node<V, D2>          v over a larger domain (a reduction added axes it ignores)
-///   unary_deriv_node<Op, A>     Op'(a) at the node's own coordinates (a forward node)
-///   binary_deriv_node<Op,L,R,S> dOp/d(lhs or rhs) at the node's own coordinates
+///   path_deriv_node<Top, Path>  d Top / d X for the node X that Path reaches from Top
+///                               (an elementwise region, differentiated in one pass)
 /// and the ordinary elementwise nodes (mul, neg) to combine them.
 
 #include "gradix/ad/map.hpp"
@@ -56,27 +56,73 @@ struct extend_node {
   GRADIX_HOST_DEVICE constexpr D const& shape() const { return dom_; }
 };
 
-template <class Op, class Arg>
-struct unary_deriv_node {
-  using is_gradix_expression = void;
-  using value_type = value_type_t<Arg>;
-  using shape_type = shape_of_t<Arg>;
-  using layout_type = layout_of_t<Arg>;
-  using space_type = space_of_t<Arg>;
-  Arg arg_;
-  GRADIX_HOST_DEVICE constexpr shape_type shape() const { return arg_.shape(); }
+/// A path from a node down through unary and binary nodes: the operand taken at each step
+/// (0: the argument or left operand, 1: the right operand).
+template <std::size_t... S>
+struct path {};
+
+/// How a node's value changes with one operand (its local partial derivative), by kind:
+///   plus_one / minus_one   a constant (+, -, negation, a cast): nothing to evaluate
+///   sibling                reads only the other operand (the product, the left side of /)
+///   general                reads the operand itself or the node's value (tanh, exp, max...)
+enum class partial_kind { plus_one, minus_one, sibling, general };
+
+template <class Node, std::size_t Side>
+struct partial_of {
+  static constexpr partial_kind value = partial_kind::general;
+};
+template <class Op, class A>
+struct partial_of<unary_node<Op, A>, 0> {
+  static constexpr partial_kind value =
+      std::is_same_v<Op, op::neg>                ? partial_kind::minus_one
+      : requires { typename Op::result_type; }   ? partial_kind::plus_one  // a cast
+                                                 : partial_kind::general;
+};
+template <class Op, class L, class R, std::size_t Side>
+struct partial_of<binary_node<Op, L, R>, Side> {
+  static constexpr partial_kind value =
+      std::is_same_v<Op, op::add> || (std::is_same_v<Op, op::sub> && Side == 0)
+          ? partial_kind::plus_one
+      : std::is_same_v<Op, op::sub> ? partial_kind::minus_one
+      : std::is_same_v<Op, op::mul> || (std::is_same_v<Op, op::div> && Side == 0)
+          ? partial_kind::sibling
+          : partial_kind::general;
+};
+template <class Node, std::size_t Side>
+inline constexpr partial_kind partial_of_v = partial_of<Node, Side>::value;
+template <class Node, std::size_t Side>
+inline constexpr bool constant_partial_v = partial_of_v<Node, Side> == partial_kind::plus_one ||
+                                           partial_of_v<Node, Side> == partial_kind::minus_one;
+
+/// The operand of Node taken by step Side of a path.
+template <class Node, std::size_t Side>
+struct path_child;
+template <class Op, class A>
+struct path_child<unary_node<Op, A>, 0> {
+  using type = A;
+};
+template <class Op, class L, class R>
+struct path_child<binary_node<Op, L, R>, 0> {
+  using type = L;
+};
+template <class Op, class L, class R>
+struct path_child<binary_node<Op, L, R>, 1> {
+  using type = R;
 };
 
-template <class Op, class Lhs, class Rhs, int Side>
-struct binary_deriv_node {
+/// d Top / d X at Top's coordinates, where X is the node Path reaches from Top (through unary
+/// and binary nodes). Its evaluator computes, per element, the values along the path once
+/// (bottom-up, only those a partial or a later value needs) and multiplies the local
+/// partials on the way: a region of depth k costs O(k) per element, not O(k^2).
+template <class Top, class Path>
+struct path_deriv_node {
   using is_gradix_expression = void;
-  using node_type = binary_node<Op, Lhs, Rhs>;
-  using value_type = typename node_type::value_type;
-  using shape_type = typename node_type::shape_type;
-  using layout_type = typename node_type::layout_type;
-  using space_type = typename node_type::space_type;
-  node_type node_;
-  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return node_.shape(); }
+  using value_type = value_type_t<Top>;
+  using shape_type = shape_of_t<Top>;
+  using layout_type = layout_of_t<Top>;
+  using space_type = space_of_t<Top>;
+  Top top_;
+  GRADIX_HOST_DEVICE constexpr shape_type shape() const { return top_.shape(); }
 };
 
 template <class V>

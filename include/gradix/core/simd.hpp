@@ -25,6 +25,22 @@ inline constexpr int pack_bytes = 16;
 template <class T>
 inline constexpr int width = int(pack_bytes / sizeof(T)) > 0 ? int(pack_bytes / sizeof(T)) : 1;
 
+/// The widest instruction set this translation unit was compiled for, as packs use it (for
+/// the first line of examples and benchmarks).
+inline constexpr char const* isa() {
+#if defined(__AVX512F__)
+  return "AVX-512 (64-byte packs)";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "AVX2+FMA (32-byte packs)";
+#elif defined(__AVX__)
+  return "AVX (32-byte packs)";
+#elif defined(__SSE2__) || defined(__aarch64__)
+  return "SSE2/NEON baseline (16-byte packs)";
+#else
+  return "no SIMD";
+#endif
+}
+
 #if defined(GRADIX_HAS_VECTOR_EXT)
 inline constexpr bool enabled = true;
 

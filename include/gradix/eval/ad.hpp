@@ -108,17 +108,60 @@ struct evaluator<ad::extend_node<V, D>> {
   }
 };
 
-/// Per-lane fallback shared by derivative inners (derivatives use scalar comparisons).
-template <class Self, class T>
-struct lanewise_pack {
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    simd::pack<T, W> r{};
-    for (int w = 0; w < W; ++w) r[w] = static_cast<Self const*>(this)->elem(i + w);
-    return r;
+// ---------------------------------------------------------------------------------------
+// Path derivatives: d Top / d X along a path through unary and binary nodes (ad/value.hpp).
+// path_ev<N, Path, NV> evaluates node N's value (when NV: a parent needs it) and its
+// derivative with respect to the node at the end of Path, bottom-up, in one pass. The same
+// step functions run on scalars and on host SIMD packs.
+
+/// A value and a derivative (scalars or packs).
+template <class X>
+struct vd {
+  X v;
+  X d;
+};
+
+template <class N, class P, bool NV>
+struct path_ev;
+
+/// End of the path: the node's own value (if needed); its derivative with respect to itself
+/// is 1.
+template <class N, bool NV>
+struct path_ev<N, ad::path<>, NV> {
+  using T = value_type_t<N>;
+  static constexpr std::size_t rank = shape_of_t<N>::rank;
+  evaluator<N> e_;
+  GRADIX_HOST_DEVICE constexpr explicit path_ev(N const& n) : e_(n) {}
+  GRADIX_HOST_DEVICE constexpr vd<T> at(coord<rank> const& c) const {
+    if constexpr (NV) return {T(e_(c)), T(1)};
+    else return {T(0), T(1)};
   }
+  template <class In>
+  struct inner {
+    using value_type = T;
+    In in_;
+    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+      if constexpr (NV) return {T(in_.elem(i)), T(1)};
+      else return {T(0), T(1)};
+    }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W>
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+      using PT = simd::pack<T, W>;
+      if constexpr (NV) return {pack_as<T, W>(in_, i), simd::constant<PT>(1)};
+      else return {PT{}, simd::constant<PT>(1)};
+    }
 #endif
+  };
+  template <int A>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    if constexpr (NV) {
+      auto in = e_.template outer<A>(c);
+      return inner<decltype(in)>{in};
+    } else {
+      return inner<const_inner<T>>{{T(0)}};
+    }
+  }
 };
 
 template <class Op>
@@ -127,80 +170,191 @@ inline constexpr bool pack_derivative_v = [] {
   else return false;
 }();
 
-template <class Op, class T, class A>
-struct unary_deriv_inner : lanewise_pack<unary_deriv_inner<Op, T, A>, T> {
-  using value_type = T;
-  A a_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
-    T x = a_.elem(i);
-    return Op::d_arg(x, Op::value(x));
-  }
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    if constexpr (pack_derivative_v<Op>) {
-      auto x = pack_as<T, W>(a_, i);
-      return Op::d_arg(x, Op::value(x));
+namespace path_detail {
+/// One step of a path at a unary node: (x, dx) of the operand -> (y, dy).
+template <class Op, ad::partial_kind K, bool NV, class X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr vd<X> unary_step(vd<X> x) {
+  if constexpr (K == ad::partial_kind::minus_one) {
+    return {NV ? X(-x.v) : X{}, X(-x.d)};
+  } else if constexpr (K == ad::partial_kind::plus_one) {  // a cast to a floating type
+    return {NV ? X(x.v) : X{}, x.d};
+  } else {
+    X y = Op::value(x.v);
+    if constexpr (simd::vector_ext<X> && !pack_derivative_v<Op>) {
+      X p{};
+      constexpr int W = int(sizeof(X) / sizeof(p[0]));
+      for (int w = 0; w < W; ++w) p[w] = Op::d_arg(x.v[w], y[w]);
+      return {y, p * x.d};
     } else {
-      return lanewise_pack<unary_deriv_inner, T>::template pack<W>(i);
+      return {y, X(Op::d_arg(x.v, y) * x.d)};
     }
   }
+}
+/// One step at a binary node, the path taking operand Side: (a, da) of that operand, b the
+/// other operand's value -> (y, dy).
+template <class Op, ad::partial_kind K, std::size_t Side, bool NV, class X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr vd<X> binary_step(vd<X> a, X b) {
+  X const& l = Side == 0 ? a.v : b;
+  X const& r = Side == 0 ? b : a.v;
+  X y = (NV || K == ad::partial_kind::general) ? X(Op::value(l, r)) : X{};
+  if constexpr (K == ad::partial_kind::plus_one) {
+    return {y, a.d};
+  } else if constexpr (K == ad::partial_kind::minus_one) {
+    return {y, X(-a.d)};
+  } else if constexpr (std::is_same_v<Op, op::mul>) {
+    return {y, X(b * a.d)};
+  } else if constexpr (simd::vector_ext<X>) {
+    X p{};
+    constexpr int W = int(sizeof(X) / sizeof(p[0]));
+    for (int w = 0; w < W; ++w) {
+      if constexpr (Side == 0) p[w] = Op::d_lhs(l[w], r[w], y[w]);
+      else p[w] = Op::d_rhs(l[w], r[w], y[w]);
+    }
+    return {y, p * a.d};
+  } else {
+    if constexpr (Side == 0) return {y, X(Op::d_lhs(l, r, y) * a.d)};
+    else return {y, X(Op::d_rhs(l, r, y) * a.d)};
+  }
+}
+}  // namespace path_detail
+
+template <class Op, class A, std::size_t... Rest, bool NV>
+struct path_ev<unary_node<Op, A>, ad::path<0, Rest...>, NV> {
+  using N = unary_node<Op, A>;
+  using T = value_type_t<N>;
+  using TA = value_type_t<A>;
+  static constexpr std::size_t rank = shape_of_t<N>::rank;
+  static constexpr ad::partial_kind K = ad::partial_of_v<N, 0>;
+  using child = path_ev<A, ad::path<Rest...>, NV || K == ad::partial_kind::general>;
+  child a_;
+  GRADIX_HOST_DEVICE constexpr explicit path_ev(N const& n) : a_(n.arg_) {}
+  GRADIX_HOST_DEVICE constexpr vd<T> at(coord<rank> const& c) const {
+    auto x = a_.at(c);
+    return path_detail::unary_step<Op, K, NV, T>({T(x.v), T(x.d)});
+  }
+  template <class CI>
+  struct inner {
+    using value_type = T;
+    CI c_;
+    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+      auto x = c_.elem(i);
+      return path_detail::unary_step<Op, K, NV, T>({T(x.v), T(x.d)});
+    }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W>
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+      if constexpr (std::is_same_v<T, TA>) {
+        return path_detail::unary_step<Op, K, NV>(c_.template pack<W>(i));
+      } else {  // a cast between element types: lane by lane
+        vd<simd::pack<T, W>> r{};
+        for (int w = 0; w < W; ++w) {
+          auto e = elem(i + w);
+          r.v[w] = e.v;
+          r.d[w] = e.d;
+        }
+        return r;
+      }
+    }
 #endif
+  };
+  template <int Ax>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    auto ci = a_.template outer<Ax>(c);
+    return inner<decltype(ci)>{ci};
+  }
 };
 
-template <class Op, class Arg>
-struct evaluator<ad::unary_deriv_node<Op, Arg>> {
-  using node_type = ad::unary_deriv_node<Op, Arg>;
-  using value_type = typename node_type::value_type;
-  static constexpr std::size_t rank = shape_of_t<Arg>::rank;
-  evaluator<Arg> arg_;
-  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : arg_(n.arg_) {}
-  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
-    value_type x = arg_(c);
-    return Op::d_arg(x, Op::value(x));
+template <class Op, class L, class R, std::size_t S, std::size_t... Rest, bool NV>
+struct path_ev<binary_node<Op, L, R>, ad::path<S, Rest...>, NV> {
+  using N = binary_node<Op, L, R>;
+  using T = value_type_t<N>;
+  using C = std::conditional_t<S == 0, L, R>;  // on the path
+  using O = std::conditional_t<S == 0, R, L>;  // the other operand
+  using SC = shape_of_t<C>;
+  using SO = shape_of_t<O>;
+  static constexpr std::size_t rank = shape_of_t<N>::rank;
+  static constexpr ad::partial_kind K = ad::partial_of_v<N, S>;
+  static constexpr bool other_needed = NV || K == ad::partial_kind::sibling ||
+                                       K == ad::partial_kind::general;
+  using child = path_ev<C, ad::path<Rest...>, NV || K == ad::partial_kind::general>;
+  child c_;
+  evaluator<O> o_;
+  GRADIX_HOST_DEVICE constexpr explicit path_ev(N const& n)
+      : c_(operand_of<S>(n)), o_(operand_of<1 - S>(n)) {}
+  template <std::size_t Side>
+  GRADIX_HOST_DEVICE static constexpr auto const& operand_of(N const& n) {
+    if constexpr (Side == 0) return n.lhs_;
+    else return n.rhs_;
   }
+  GRADIX_HOST_DEVICE constexpr vd<T> at(coord<rank> const& c) const {
+    auto x = c_.at(operand_coord<SC>(c));
+    T b = other_needed ? T(o_(operand_coord<SO>(c))) : T(0);
+    return path_detail::binary_step<Op, K, S, NV, T>({T(x.v), T(x.d)}, b);
+  }
+  template <class CI, class OI>
+  struct inner {
+    using value_type = T;
+    CI c_;
+    OI o_;
+    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+      auto x = c_.elem(i);
+      return path_detail::binary_step<Op, K, S, NV, T>({T(x.v), T(x.d)}, T(o_.elem(i)));
+    }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W>
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+      if constexpr (std::is_same_v<T, value_type_t<C>>) {
+        return path_detail::binary_step<Op, K, S, NV>(c_.template pack<W>(i), pack_as<T, W>(o_, i));
+      } else {  // the operand on the path has another element type: lane by lane
+        vd<simd::pack<T, W>> r{};
+        for (int w = 0; w < W; ++w) {
+          auto e = elem(i + w);
+          r.v[w] = e.v;
+          r.d[w] = e.d;
+        }
+        return r;
+      }
+    }
+#endif
+  };
+  template <int Ax>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    auto ci = c_.template outer<operand_axis_v<SC, rank, Ax>>(operand_coord<SC>(c));
+    if constexpr (other_needed) {
+      auto oi = o_.template outer<operand_axis_v<SO, rank, Ax>>(operand_coord<SO>(c));
+      return inner<decltype(ci), decltype(oi)>{ci, oi};
+    } else {
+      return inner<decltype(ci), const_inner<T>>{ci, {T(0)}};
+    }
+  }
+};
+
+template <class Top, class Path>
+struct evaluator<ad::path_deriv_node<Top, Path>> {
+  using node_type = ad::path_deriv_node<Top, Path>;
+  using value_type = typename node_type::value_type;
+  static constexpr std::size_t rank = shape_of_t<Top>::rank;
+  path_ev<Top, Path, false> p_;
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : p_(n.top_) {}
+  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+    return p_.at(c).d;
+  }
+  template <class PI>
+  struct inner {
+    using value_type = typename node_type::value_type;
+    PI p_;
+    GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const { return p_.elem(i).d; }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W>
+    GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
+      return p_.template pack<W>(i).d;
+    }
+#endif
+  };
   template <int A>
   GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
-    auto in = arg_.template outer<A>(c);
-    return unary_deriv_inner<Op, value_type, decltype(in)>{{}, in};
-  }
-};
-
-template <class Op, class T, int Side, class A, class B>
-struct binary_deriv_inner : lanewise_pack<binary_deriv_inner<Op, T, Side, A, B>, T> {
-  using value_type = T;
-  A a_;
-  B b_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
-    T x = T(a_.elem(i)), y = T(b_.elem(i));
-    T z = Op::value(x, y);
-    if constexpr (Side == 0) return Op::d_lhs(x, y, z);
-    else return Op::d_rhs(x, y, z);
-  }
-};
-
-template <class Op, class Lhs, class Rhs, int Side>
-struct evaluator<ad::binary_deriv_node<Op, Lhs, Rhs, Side>> {
-  using node_type = ad::binary_deriv_node<Op, Lhs, Rhs, Side>;
-  using value_type = typename node_type::value_type;
-  using inner_eval = evaluator<binary_node<Op, Lhs, Rhs>>;
-  static constexpr std::size_t rank = inner_eval::rank;
-  inner_eval e_;
-  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : e_(n.node_) {}
-  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
-    value_type x = value_type(e_.lhs_(operand_coord<typename inner_eval::SL>(c)));
-    value_type y = value_type(e_.rhs_(operand_coord<typename inner_eval::SR>(c)));
-    value_type z = Op::value(x, y);
-    if constexpr (Side == 0) return Op::d_lhs(x, y, z);
-    else return Op::d_rhs(x, y, z);
-  }
-  template <int A>
-  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
-    using SL = typename inner_eval::SL;
-    using SR = typename inner_eval::SR;
-    auto a = e_.lhs_.template outer<operand_axis_v<SL, rank, A>>(operand_coord<SL>(c));
-    auto b = e_.rhs_.template outer<operand_axis_v<SR, rank, A>>(operand_coord<SR>(c));
-    return binary_deriv_inner<Op, value_type, Side, decltype(a), decltype(b)>{{}, a, b};
+    auto pi = p_.template outer<A>(c);
+    return inner<decltype(pi)>{pi};
   }
 };
 

@@ -6,18 +6,26 @@
 #include "gradix/config.hpp"
 #include "gradix/core/math.hpp"
 #include "gradix/core/simd.hpp"
+#include "gradix/core/vmath.hpp"
 
 namespace gradix::op {
 
 #define GRADIX_LANEWISE(expr) \
   simd::lanewise([](auto v) { return expr; }, x)
+/// float (and packs of float): gradix's own polynomial (core/vmath.hpp), the same bits on
+/// every path; double: the platform's function, lane by lane.
+#define GRADIX_VMATH_OR_LANEWISE(fn, expr)                                      \
+  if constexpr (vmath::detail::is_float_like<T>) return vmath::fn(x);            \
+  else return GRADIX_LANEWISE(expr)
 
 /// y = exp(x);  dy/dx = y
 struct exp {
   static constexpr char const* name = "exp";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::exp(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(exp, math::exp(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y; }
@@ -27,7 +35,9 @@ struct log {
   static constexpr char const* name = "log";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::log(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(log, math::log(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return simd::constant<T>(1) / x; }
@@ -37,7 +47,9 @@ struct tanh {
   static constexpr char const* name = "tanh";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::tanh(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(tanh, math::tanh(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return simd::constant<T>(1) - y * y; }
@@ -48,7 +60,7 @@ struct sigmoid {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) {
-    return GRADIX_LANEWISE(decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
+    GRADIX_VMATH_OR_LANEWISE(sigmoid, decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
   }
   static constexpr bool pack_derivative = true;
   template <class T>
@@ -99,6 +111,7 @@ struct abs {
   }
 };
 #undef GRADIX_LANEWISE
+#undef GRADIX_VMATH_OR_LANEWISE
 
 /// y = a^b;  dy/da = b a^(b-1), dy/db = y log(a)
 struct pow {

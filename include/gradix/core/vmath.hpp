@@ -1,0 +1,244 @@
+#pragma once
+/// \file
+/// gradix's own float elementary functions: one polynomial for a scalar and for a whole host
+/// SIMD pack, on the host, on the device and in constant evaluation, so an element's result
+/// never depends on where it falls (a pack, a loop tail, a GPU lane, a static_assert).
+///
+/// Each function is written once over X = float or a pack of floats, with branch-free
+/// selects; the coefficients are the classic minimax fits on the reduced ranges (Cephes'
+/// single-precision sets). Error bounds, measured against a double-precision reference over
+/// every 61st float of the whole range (tests/core/vmath_test.cpp; docs/performance.md):
+///
+///   exp       <= 1 ulp  (normal results; subnormal results within 1 ulp of their spacing)
+///   log       <= 1 ulp
+///   tanh      <= 2 ulp
+///   sigmoid   <= 2 ulp
+///
+/// Special values follow C: exp(+inf) = +inf, exp(-inf) = 0, log(0) = -inf, log(x < 0) =
+/// NaN, log(+inf) = +inf, tanh(+-inf) = +-1, NaN in gives NaN out. Double precision keeps
+/// the platform's functions (math.hpp), on every path alike.
+
+#include "gradix/config.hpp"
+#include "gradix/core/simd.hpp"
+
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
+namespace gradix::vmath {
+
+namespace detail {
+
+/// Is X a float or a pack of floats?
+template <class X>
+inline constexpr bool is_float_like = [] {
+  if constexpr (std::is_same_v<X, float>) return true;
+  else if constexpr (simd::vector_ext<X>) return std::is_same_v<std::remove_cvref_t<decltype(X{}[0])>, float>;
+  else return false;
+}();
+
+template <class X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr auto to_bits(X x) {
+  if constexpr (simd::vector_ext<X>) {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    using I = simd::pack<std::int32_t, int(sizeof(X) / sizeof(float))>;
+    return (I)x;
+#endif
+  } else {
+    return std::bit_cast<std::int32_t>(x);
+  }
+}
+template <class X, class I>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X from_bits(I i) {
+  if constexpr (simd::vector_ext<X>) return (X)i;
+  else return std::bit_cast<float>(i);
+}
+template <class X, class I>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr I ibroadcast(std::int32_t v) {
+  if constexpr (simd::vector_ext<X>) {
+    I r{};
+    for (int w = 0; w < int(sizeof(X) / sizeof(float)); ++w) r[w] = v;
+    return r;
+  } else {
+    return v;
+  }
+}
+/// m ? a : b lane by lane (m: a comparison of X values).
+template <class X, class M>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X sel(M m, X a, X b) {
+  if constexpr (simd::vector_ext<X>) {
+    auto ia = to_bits(a), ib = to_bits(b);
+    return from_bits<X>((ia & m) | (ib & ~m));
+  } else {
+    return m ? a : b;
+  }
+}
+template <class X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X c(float v) {
+  return simd::constant<X>(v);
+}
+/// 2^k as a float for k in [-126, 127] (k an int or an int pack).
+template <class X, class I>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X pow2(I k) {
+  return from_bits<X>((k + ibroadcast<X, I>(127)) << 23);
+}
+
+}  // namespace detail
+
+namespace impl {
+using namespace detail;
+/// e^x for float (or a pack of floats).
+template <class X>
+  requires detail::is_float_like<X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X exp_impl(X x) {
+  using namespace detail;
+  // clamp so the reduction below stays in range; out-of-range lanes are fixed at the end
+  X xc = sel(x > c<X>(88.7228394f), c<X>(88.7228394f), x);
+  xc = sel(xc < c<X>(-103.972084f), c<X>(-103.972084f), xc);
+  xc = sel(x != x, c<X>(0.f), xc);
+  // n = round(x / ln 2) (the 1.5 * 2^23 shift rounds to nearest on every path)
+  X t = xc * c<X>(1.44269504088896341f) + c<X>(12582912.f);
+  auto n = to_bits(t) - to_bits(c<X>(12582912.f));
+  X nf = t - c<X>(12582912.f);
+  // r = x - n ln 2 in two parts (n * 0.693359375 is exact)
+  X r = xc - nf * c<X>(0.693359375f);
+  r = r - nf * c<X>(-2.12194440e-4f);
+  X p = c<X>(1.9875691500e-4f);
+  p = p * r + c<X>(1.3981999507e-3f);
+  p = p * r + c<X>(8.3334519073e-3f);
+  p = p * r + c<X>(4.1665795894e-2f);
+  p = p * r + c<X>(1.6666665459e-1f);
+  p = p * r + c<X>(5.0000001201e-1f);
+  X e = p * (r * r) + r + c<X>(1.f);
+  // e * 2^n in two steps so that n in [-150, 128] stays representable
+  auto n1 = n >> 1;
+  auto n2 = n - n1;
+  X y = e * pow2<X>(n1) * pow2<X>(n2);
+  y = sel(x > c<X>(88.7228394f), c<X>(__builtin_huge_valf()), y);
+  y = sel(x < c<X>(-103.972084f), c<X>(0.f), y);
+  return sel(x != x, x, y);
+}
+
+/// Natural logarithm for float (or a pack of floats).
+template <class X>
+  requires detail::is_float_like<X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X log_impl(X x) {
+  using namespace detail;
+  // subnormals: scale by 2^23 first
+  auto sub = x < c<X>(1.17549435e-38f);
+  X xs = sel(sub, x * c<X>(8388608.f), x);
+  auto bits = to_bits(xs);
+  using I = decltype(bits);
+  // x = m 2^e with m in [0.5, 1)
+  I e = ((bits >> 23) & ibroadcast<X, I>(0xff)) - ibroadcast<X, I>(126);
+  if constexpr (simd::vector_ext<X>) e = e - (sub & ibroadcast<X, I>(23));  // 23 when scaled
+  else e = e - (sub ? 23 : 0);
+  X m = from_bits<X>((bits & ibroadcast<X, I>(0x007fffff)) | ibroadcast<X, I>(0x3f000000));
+  // m in [sqrt(1/2), sqrt(2)): f = m - 1
+  auto small = m < c<X>(0.707106781186547524f);
+  X ef = X{};
+  if constexpr (simd::vector_ext<X>) ef = __builtin_convertvector(e, X);
+  else ef = float(e);
+  ef = sel(small, ef - c<X>(1.f), ef);
+  X f = sel(small, m + m - c<X>(1.f), m - c<X>(1.f));
+  X z = f * f;
+  X y = c<X>(7.0376836292e-2f);
+  y = y * f + c<X>(-1.1514610310e-1f);
+  y = y * f + c<X>(1.1676998740e-1f);
+  y = y * f + c<X>(-1.2420140846e-1f);
+  y = y * f + c<X>(1.4249322787e-1f);
+  y = y * f + c<X>(-1.6668057665e-1f);
+  y = y * f + c<X>(2.0000714765e-1f);
+  y = y * f + c<X>(-2.4999993993e-1f);
+  y = y * f + c<X>(3.3333331174e-1f);
+  y = y * f * z;
+  y = y + ef * c<X>(-2.12194440e-4f);
+  y = y - c<X>(0.5f) * z;
+  X r = f + y;
+  r = r + ef * c<X>(0.693359375f);
+  r = sel(x == c<X>(0.f), c<X>(-__builtin_huge_valf()), r);
+  r = sel(x < c<X>(0.f), c<X>(__builtin_nanf("")), r);
+  r = sel(x == c<X>(__builtin_huge_valf()), x, r);
+  return sel(x != x, x, r);
+}
+
+/// Hyperbolic tangent for float (or a pack of floats).
+template <class X>
+  requires detail::is_float_like<X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X tanh_impl(X x) {
+  using namespace detail;
+  X a = sel(x < c<X>(0.f), -x, x);
+  // |x| < 0.625: odd polynomial
+  X z = x * x;
+  X p = c<X>(-5.70498872745e-3f);
+  p = p * z + c<X>(2.06390887954e-2f);
+  p = p * z + c<X>(-5.37397155531e-2f);
+  p = p * z + c<X>(1.33314422036e-1f);
+  p = p * z + c<X>(-3.33332819422e-1f);
+  X small = p * z * x + x;
+  // else 1 - 2 / (e^(2|x|) + 1), with the sign of x (1 beyond 9)
+  X e = exp_impl(sel(a > c<X>(9.f), c<X>(18.f), a + a));
+  X big = c<X>(1.f) - c<X>(2.f) / (e + c<X>(1.f));
+  big = sel(a > c<X>(9.f), c<X>(1.f), big);
+  big = sel(x < c<X>(0.f), -big, big);
+  X r = sel(a < c<X>(0.625f), small, big);
+  return sel(x != x, x, r);
+}
+
+/// The logistic function 1 / (1 + e^-x) for float (or a pack of floats).
+template <class X>
+  requires detail::is_float_like<X>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X sigmoid_impl(X x) {
+  using namespace detail;
+  // e = e^-|x| never overflows: x >= 0 gives 1 / (1 + e), x < 0 gives e / (1 + e)
+  X e = exp_impl(sel(x < c<X>(0.f), x, -x));
+  X r = sel(x < c<X>(0.f), e, c<X>(1.f)) / (c<X>(1.f) + e);
+  return sel(x != x, x, r);
+}
+
+}  // namespace impl
+
+/// On the host, outside constant evaluation, the functions run out of line, once per pack
+/// width: inlined into every use they made deep expressions slow to compile (each inlined
+/// tanh is about a hundred instructions, and a kernel nest repeats its body several times)
+/// for no measurable gain. The scalar path runs the pack code on a 4-lane pack, so the
+/// compiler makes the same choices (contracting a product and a sum into an FMA, or not) for
+/// a scalar, a loop tail and a full pack: an element's bits never depend on where it falls.
+#if defined(GRADIX_HAS_VECTOR_EXT) && !defined(__CUDA_ARCH__)
+#define GRADIX_VMATH_PUBLIC(name)                                                    \
+  namespace impl {                                                                   \
+  template <class X>                                                                 \
+  [[gnu::noinline]] X name##_out(X x) {                                              \
+    return name##_impl(x);                                                           \
+  }                                                                                  \
+  }                                                                                  \
+  template <class X>                                                                 \
+    requires detail::is_float_like<X>                                                \
+  GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X name(X x) {                    \
+    if (std::is_constant_evaluated()) return impl::name##_impl(x);                   \
+    if constexpr (simd::vector_ext<X>) {                                             \
+      return impl::name##_out(x);                                                    \
+    } else {                                                                         \
+      simd::pack<float, 4> p = {x, x, x, x};                                         \
+      return impl::name##_out(p)[0];                                                 \
+    }                                                                                \
+  }
+#else
+#define GRADIX_VMATH_PUBLIC(name)                                                    \
+  template <class X>                                                                 \
+    requires detail::is_float_like<X>                                                \
+  GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr X name(X x) {                    \
+    return impl::name##_impl(x);                                                     \
+  }
+#endif
+/// e^x
+GRADIX_VMATH_PUBLIC(exp)
+/// natural logarithm
+GRADIX_VMATH_PUBLIC(log)
+/// hyperbolic tangent
+GRADIX_VMATH_PUBLIC(tanh)
+/// the logistic function 1 / (1 + e^-x)
+GRADIX_VMATH_PUBLIC(sigmoid)
+#undef GRADIX_VMATH_PUBLIC
+
+}  // namespace gradix::vmath
