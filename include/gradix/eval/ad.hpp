@@ -171,6 +171,20 @@ inline constexpr bool pack_derivative_v = [] {
 }();
 
 namespace path_detail {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// A pack of (value, derivative) built lane by lane from an inner's elem() (operands of
+/// another element type).
+template <class T, int W, class Inner>
+GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> lanes_of(Inner const& in, index_t i) {
+  vd<simd::pack<T, W>> r{};
+  for (int w = 0; w < W; ++w) {
+    auto e = in.elem(i + w);
+    r.v[w] = e.v;
+    r.d[w] = e.d;
+  }
+  return r;
+}
+#endif
 /// One step of a path at a unary node: (x, dx) of the operand -> (y, dy).
 template <class Op, ad::partial_kind K, bool NV, class X>
 GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr vd<X> unary_step(vd<X> x) {
@@ -246,13 +260,7 @@ struct path_ev<unary_node<Op, A>, ad::path<0, Rest...>, NV> {
       if constexpr (std::is_same_v<T, TA>) {
         return path_detail::unary_step<Op, K, NV>(c_.template pack<W>(i));
       } else {  // a cast between element types: lane by lane
-        vd<simd::pack<T, W>> r{};
-        for (int w = 0; w < W; ++w) {
-          auto e = elem(i + w);
-          r.v[w] = e.v;
-          r.d[w] = e.d;
-        }
-        return r;
+        return path_detail::lanes_of<T, W>(*this, i);
       }
     }
 #endif
@@ -306,13 +314,7 @@ struct path_ev<binary_node<Op, L, R>, ad::path<S, Rest...>, NV> {
       if constexpr (std::is_same_v<T, value_type_t<C>>) {
         return path_detail::binary_step<Op, K, S, NV>(c_.template pack<W>(i), pack_as<T, W>(o_, i));
       } else {  // the operand on the path has another element type: lane by lane
-        vd<simd::pack<T, W>> r{};
-        for (int w = 0; w < W; ++w) {
-          auto e = elem(i + w);
-          r.v[w] = e.v;
-          r.d[w] = e.d;
-        }
-        return r;
+        return path_detail::lanes_of<T, W>(*this, i);
       }
     }
 #endif
