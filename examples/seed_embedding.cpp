@@ -362,9 +362,9 @@ int run(options const& o) {
 int main(int argc, char** argv) {
   options o = parse(argc, argv);
   gx::set_num_threads(int(o.threads));
-  std::printf("seed_embedding: %s-major tables, Ea %ld x %ld, Eb %ld x %ld, k = %ld, n = %ld, "
-              "loss %s%s, %ld thread(s)\n",
-              o.row ? "row" : "column", o.row ? o.na : o.d, o.row ? o.d : o.na, o.row ? o.nb : o.d,
+  std::printf("seed_embedding: %s, %s-major tables, Ea %ld x %ld, Eb %ld x %ld, k = %ld, "
+              "n = %ld, loss %s%s, %ld thread(s)\n",
+              gx::simd::isa(), o.row ? "row" : "column", o.row ? o.na : o.d, o.row ? o.d : o.na, o.row ? o.nb : o.d,
               o.row ? o.d : o.nb, o.k, o.n, o.square ? "square" : "sum", o.batched ? ", batched" : "",
               o.threads);
   try {

@@ -57,6 +57,16 @@
 #else
 #define GRADIX_UNROLL(n)
 #endif
+/// GRADIX_NO_UNROLL: do not unroll the next loop (an expensive body, eval/cost.hpp).
+#if defined(__CUDACC__)
+#define GRADIX_NO_UNROLL
+#elif defined(__clang__)
+#define GRADIX_NO_UNROLL _Pragma("nounroll")
+#elif defined(__GNUC__)
+#define GRADIX_NO_UNROLL _Pragma("GCC unroll 1")
+#else
+#define GRADIX_NO_UNROLL
+#endif
 
 /// GRADIX_ASSERT checks gradix's own invariants only, never user input (user input gets a
 /// thrown gradix::error in every build type).

@@ -207,3 +207,101 @@ TEST_CASE("plan: a deep chain's gradient matches the chain rule") {
     CHECK(double(g(k)) == doctest::Approx(d).epsilon(2e-5));
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Saved values (docs/ad.md, "Saved values"): the buffers a call keeps, and the plan it runs.
+
+// The founding expression keeps nothing: 2 kernels, 0 buffers, the same plan as above.
+using founding_expr = decltype(founding_term(std::declval<Table&>(), std::declval<Table&>(),
+                                             std::declval<Idx&>(), 0));
+static_assert(ad::buffer_count_v<founding_expr> == 0);
+static_assert(std::is_same_v<gx::backward_plan_t<founding_expr>, founding_plan>);
+static_assert(gx::backward_plan_t<founding_expr>::size == 2);
+
+// logsumexp over rows (the cross-entropy pattern): the max (read twice) and the sum are kept,
+// once per row each; the backward kernels read them from buffers.
+using PL = gx::parameter<float, shape<dyn, dyn>>;
+inline auto lse_rows(PL const& x) {
+  auto m = gx::max<1>(x, gx::keep_dims);
+  return gx::sum(gx::log(gx::sum<1>(gx::exp(x - m))) + gx::max<1>(x));
+}
+using lse_expr = decltype(lse_rows(std::declval<PL&>()));
+static_assert(ad::buffer_count_v<lse_expr> == 3);
+// named once with gx::saved: the max is one buffer
+inline auto lse_rows_saved(PL const& x) {
+  auto m = gx::saved(gx::max<1>(x, gx::keep_dims));
+  return gx::sum(gx::log(gx::sum<1>(gx::exp(x - m), gx::keep_dims)) + m);
+}
+static_assert(ad::buffer_count_v<decltype(lse_rows_saved(std::declval<PL&>()))> == 3);  // m twice + sum
+// In the plan the call runs, no kernel's value expression contains a reduction any more: each
+// reads kept values at O(1) per element (the untransformed plan recomputes them).
+template <class V>
+struct reads_reduction : std::bool_constant<gx::is_reduce_node<V>::value> {};
+template <class Op, class A>
+struct reads_reduction<gx::unary_node<Op, A>> : reads_reduction<A> {};
+template <class Op, class A, class B>
+struct reads_reduction<gx::binary_node<Op, A, B>>
+    : std::bool_constant<reads_reduction<A>::value || reads_reduction<B>::value> {};
+template <class S, class M, class D>
+struct reads_reduction<ad::at_map_node<S, M, D>> : reads_reduction<S> {};
+template <class V, class D>
+struct reads_reduction<ad::extend_node<V, D>> : reads_reduction<V> {};
+template <class T, class P>
+struct reads_reduction<ad::path_deriv_node<T, P>> : reads_reduction<T> {};
+template <class A, std::size_t Ax, class I>
+struct reads_reduction<gx::index_node<A, Ax, I>> : reads_reduction<A> {};
+template <class A, class S>
+struct reads_reduction<gx::broadcast_node<A, S>> : reads_reduction<A> {};
+template <class Plan, std::size_t... K>
+constexpr bool any_kernel_reads_reduction(std::index_sequence<K...>) {
+  return (reads_reduction<typename std::remove_cvref_t<decltype(gx::get<K>(std::declval<Plan&>()))>::value_expr>::value || ...);
+}
+using lse_plan_run = gx::backward_plan_t<lse_expr>;
+using lse_plan_plain = decltype(ad::plan(std::declval<lse_expr&>()));
+static_assert(lse_plan_run::size == lse_plan_plain::size);
+static_assert(!any_kernel_reads_reduction<lse_plan_run>(std::make_index_sequence<lse_plan_run::size>{}));
+static_assert(any_kernel_reads_reduction<lse_plan_plain>(std::make_index_sequence<lse_plan_plain::size>{}));
+// the work per element of the kernels that run: the reductions are gone from the cost
+template <class Plan, std::size_t... K>
+constexpr std::size_t plan_cost(std::index_sequence<K...>) {
+  return (ad::eval_cost_v<typename std::remove_cvref_t<decltype(gx::get<K>(std::declval<Plan&>()))>::value_expr> + ... + 0);
+}
+static_assert(plan_cost<lse_plan_run>(std::make_index_sequence<lse_plan_run::size>{}) < ad::reduction_weight);
+static_assert(plan_cost<lse_plan_plain>(std::make_index_sequence<lse_plan_plain::size>{}) > ad::reduction_weight);
+
+namespace {
+// An op that counts its evaluations (per element, or per lane of a pack).
+std::atomic<long> counted_evals{0};
+struct value_counter {
+  static constexpr char const* name = "value_counter";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  static T value(T x) {
+    if constexpr (std::is_arithmetic_v<T>) counted_evals.fetch_add(1, std::memory_order_relaxed);
+    else counted_evals.fetch_add(long(sizeof(T) / sizeof(x[0])), std::memory_order_relaxed);
+    return x;
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  static T d_arg(T, T) { return T(1); }
+};
+}  // namespace
+
+TEST_CASE("saved: a reduction broadcast back is computed once per call, not once per element") {
+  int const threads = gx::num_threads();
+  gx::set_num_threads(1);
+  auto x = gx::param(gx::randn<double>(gx::dims(16, 40), 9));
+  auto m = gx::max<1>(gx::unary<value_counter>(x), gx::keep_dims);  // counted once per element of x
+  auto loss = gx::sum(gx::exp(x - m));
+  counted_evals = 0;
+  (void)gx::value(loss);
+  CHECK(counted_evals.load() == 16 * 40);  // the max's operand, once (was 16 * 40 * 40)
+  counted_evals = 0;
+  (void)gx::backward(loss);
+  // forward: once; backward: the arg-max of each row, found once per row in the kernel of m
+  CHECK(counted_evals.load() <= 3 * 16 * 40);
+  counted_evals = 0;
+  (void)gx::eval(x - m);
+  CHECK(counted_evals.load() == 16 * 40);
+  gx::set_num_threads(threads);
+}

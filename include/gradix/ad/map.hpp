@@ -60,6 +60,18 @@ struct ax_argmax {
   Map map_;    // to its output coordinates
 };
 
+/// Coordinate K (a reduced axis) of the first arg-max of a *kept* max reduction
+/// (api/saved.hpp) at M(d), read from the arg-max buffer the call filled: entry
+/// sum_k M(d)_k * strides_[k] of arg_ (arg_ already points at this axis' slot).
+template <class Map, std::size_t K, std::size_t RO>
+struct ax_kept_argmax {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+  index_t const* arg_;
+  array<index_t, RO> strides_;
+  Map map_;  // to the max node's output coordinates
+};
+
 // ---------------------------------------------------------------------------------------
 // Dependence on domain axes (types only)
 
@@ -75,6 +87,8 @@ template <class M, std::size_t K, std::size_t RO, std::size_t RI, std::size_t J>
 struct depends<ax_reshape<M, K, RO, RI>, J> : depends<M, J> {};
 template <class N, class M, std::size_t K, std::size_t J>
 struct depends<ax_argmax<N, M, K>, J> : depends<M, J> {};
+template <class M, std::size_t K, std::size_t RO, std::size_t J>
+struct depends<ax_kept_argmax<M, K, RO>, J> : depends<M, J> {};
 template <class Ax, std::size_t J>
 inline constexpr bool depends_v = depends<Ax, J>::value;
 
@@ -260,6 +274,42 @@ constexpr auto compose_argmax(Node const& node, tuple<Ax...> const& m) {
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
     [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       if constexpr (src[K] == 1000) return ax_argmax<Node, tuple<Ax...>, K>{0, 1, node, m};
+      else return get<src[K]>(m);
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::make_index_sequence<RA>{});
+}
+
+/// Through a kept max reduction over Mask (its arg-max buffer arg, one entry per reduced axis
+/// per output element, row-major over the output's RO axes): reduced axes read the buffer,
+/// the others the node's components.
+template <std::uint64_t Mask, bool Keep, std::size_t RA, std::size_t RO, class... Ax>
+constexpr auto compose_kept_argmax(index_t const* arg, array<index_t, RO> const& out_ext,
+                                   tuple<Ax...> const& m) {
+  constexpr std::size_t nred = std::size_t(__builtin_popcountll(Mask));
+  array<index_t, RO> st{};
+  index_t s = index_t(nred);
+  for (std::size_t k = RO; k-- > 0;) {
+    st[k] = s;
+    s *= out_ext[k];
+  }
+  constexpr auto src = [] {
+    array<std::size_t, RA> r{};
+    std::size_t k = 0, q = 0;
+    for (std::size_t j = 0; j < RA; ++j) {
+      if ((Mask >> j) & 1) {
+        r[j] = 1000 + q++;
+        if (Keep) ++k;
+      } else {
+        r[j] = k++;
+      }
+    }
+    return r;
+  }();
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (src[K] >= 1000)
+        return ax_kept_argmax<tuple<Ax...>, K, RO>{0, 1, arg + (src[K] - 1000), st, m};
       else return get<src[K]>(m);
     };
     return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);

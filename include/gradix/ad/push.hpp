@@ -19,6 +19,7 @@
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
+#include "gradix/ad/save.hpp"
 #include "gradix/ad/value.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
@@ -26,6 +27,7 @@
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/saved.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <type_traits>
@@ -157,6 +159,10 @@ template <class A, class S, class D, class V, class M>
 constexpr auto push(broadcast_node<A, S> const& n, D const& dom, V const& v, M const& m);
 template <class A, class S, class D, class V, class M>
 constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M const& m);
+template <class A, class D, class V, class M>
+constexpr auto push(save_node<A> const& n, D const& dom, V const& v, M const& m);
+template <class N, class L, class D, class V, class M>
+constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
 template <class T, class S, class L, class Sp, class D, class V, class M>
@@ -293,6 +299,33 @@ constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M con
     return push(n.arg_, dom, v,
                 compose_reshape<shape_of_t<A>::rank, S::rank>(m, n.shape_.extents(),
                                                               n.arg_.shape().extents()));
+}
+
+// Saved values (expr/saved.hpp): an elementwise region above ends here (its values read
+// the buffer); the adjoint goes on to the operand unchanged.
+template <class A, class D, class V, class M>
+constexpr auto push(save_node<A> const& n, D const& dom, V const& v, M const& m) {
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, m);
+}
+template <class N, class L, class D, class V, class M>
+constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m) {
+  if constexpr (is_pending<V>::value) {
+    return push(n, dom, settle(v, dom), m);
+  } else if constexpr (is_max_reduction<N>::value) {
+    // a kept max: the reduced axes map to the arg-max read from its buffer (no rescan)
+    using A = std::remove_cvref_t<decltype(n.node_.arg_)>;
+    if constexpr (!detail::differentiable_v<A>) {
+      return tuple<>{};
+    } else {
+      constexpr std::size_t RO = shape_of_t<N>::rank;
+      return push(n.node_.arg_, dom, v,
+                  compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
+                      n.argmax_, n.node_.shape().extents(), m));
+    }
+  } else {
+    return push(n.node_, dom, v, m);
+  }
 }
 
 }  // namespace gradix::ad

@@ -94,18 +94,22 @@ constexpr void run_plan(Plan const& p, char const* op) {
 template <operand E>
 constexpr auto backward(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward");
-  auto v = host::value(e);
-  if (!std::is_constant_evaluated() && check_finite())
-    detail::check_finite_value("gradix::backward", v, e);
-  detail::run_plan(ad::plan(e), "gradix::backward");
-  return v;
+  return detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
+    auto v = host::value(e2);
+    if (!std::is_constant_evaluated() && check_finite())
+      detail::check_finite_value("gradix::backward", v, e);
+    detail::run_plan(ad::plan(e2), "gradix::backward");
+    return v;
+  });
 }
 
 /// Like backward(e), without computing the value.
 template <operand E>
 constexpr void backward_only(E const& e_in) {
-  detail::run_plan(ad::plan(detail::prepared_node(e_in, "gradix::backward_only")),
-                   "gradix::backward_only");
+  auto e = detail::prepared_node(e_in, "gradix::backward_only");
+  detail::run_with_saved<true>(e, "gradix::backward_only", [](auto const& e2) {
+    detail::run_plan(ad::plan(e2), "gradix::backward_only");
+  });
 }
 
 /// Adds seed-weighted gradients of a non-scalar e: d <seed, e> / d p. The seed is a tensor
@@ -120,12 +124,14 @@ constexpr void backward(E const& e_in, S const& seed_in) {
     detail::fail("gradix::backward: seed shape ", to_string(seed.shape()),
                  " differs from expression shape ", to_string(e.shape()));
   using ES = shape_of_t<decltype(e)>;
-  if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
-    detail::run_plan(ad::plan(e, seed), "gradix::backward");
-  } else {  // same extents (checked above), another shape type: view it with e's
-    detail::run_plan(ad::plan(e, broadcast_node<decltype(seed), ES>{seed, e.shape()}),
-                     "gradix::backward");
-  }
+  detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
+    if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
+      detail::run_plan(ad::plan(e2, seed), "gradix::backward");
+    } else {  // same extents (checked above), another shape type: view it with e's
+      detail::run_plan(ad::plan(e2, broadcast_node<decltype(seed), ES>{seed, e.shape()}),
+                       "gradix::backward");
+    }
+  });
 }
 
 /// Gradients of the rank-0 expression e with respect to the given parameters, returned as
@@ -150,7 +156,8 @@ constexpr auto grad(E const& e_in, P const&... params) {
       detail::fail("gradix::grad: out of memory allocating the returned gradients");
     }
   }();
-  auto p = ad::plan(e);
+  detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
+  auto p = ad::plan(e2);
   for_each_element(p, [&](auto& pu) { detail::for_each_use(pu, [&](auto& u) {
     using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
     G* redirected = nullptr;
@@ -167,6 +174,7 @@ constexpr auto grad(E const& e_in, P const&... params) {
     u.target_ = redirected;  // uses of other parameters are skipped
   }); });
   detail::run_plan(p, "gradix::grad");
+  });
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;
 }

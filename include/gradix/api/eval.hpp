@@ -5,6 +5,7 @@
 
 #include "gradix/api/checks.hpp"
 #include "gradix/api/finite.hpp"
+#include "gradix/api/saved.hpp"
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
@@ -75,14 +76,15 @@ constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
       // then copied
       using TL = std::conditional_t<std::is_same_v<DL, strided>, row_major, DL>;
       tensor<DT, DS, TL> tmp(dst.shape(), detail::uninit);
-      host::assign(tmp.view(), e);
+      detail::run_with_saved<false>(e, "gradix::assign", [&](auto const& e2) { host::assign(tmp.view(), e2); });
       if constexpr (std::is_same_v<DL, strided>) {
         host::assign(dst, tmp.view());
       } else {
         for (index_t k = 0, n = tmp.size(); k < n; ++k) dst.data()[k] = tmp.data()[k];
       }
     } else {
-      host::assign(dst, e);
+      // (kept values are computed before the first element of dst is written)
+      detail::run_with_saved<false>(e, "gradix::assign", [&](auto const& e2) { host::assign(dst, e2); });
     }
     if (!std::is_constant_evaluated() && check_finite())
       detail::check_finite_forward("gradix::assign", dst, e);
@@ -105,7 +107,7 @@ constexpr auto eval(E const& e_in) {
   using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
   static_assert(detail::expression_reads_device_memory<N>::value);
   tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
-  host::assign(out.view(), e);
+  detail::run_with_saved<false>(e, "gradix::eval", [&](auto const& e2) { host::assign(out.view(), e2); });
   if (!std::is_constant_evaluated() && check_finite())
     detail::check_finite_forward("gradix::eval", out.view(), e);
   return out;
@@ -121,7 +123,7 @@ constexpr auto value(E const& e_in) {
                 "use eval");
   static_assert(detail::expression_reads_device_memory<N>::value);
   if constexpr (shape_of_t<N>::rank == 0) {
-    auto v = host::value(e);
+    auto v = detail::run_with_saved<false>(e, "gradix::value", [](auto const& e2) { return host::value(e2); });
     if (!std::is_constant_evaluated() && check_finite())
       detail::check_finite_value("gradix::value", v, e);
     return v;

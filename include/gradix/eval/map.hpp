@@ -25,6 +25,9 @@ GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const
                                               coord<RD> const& d);
 template <class Node, class M, std::size_t K, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a, coord<RD> const& d);
+template <class M, std::size_t K, std::size_t RO, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_kept_argmax<M, K, RO> const& a,
+                                              coord<RD> const& d);
 
 template <class In, class Idx, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_lookup<In, Idx> const& a, coord<RD> const& d) {
@@ -47,12 +50,10 @@ GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const
   }
   return a.off_ + a.scale_ * v;
 }
-/// Coordinate K of the first arg-max (row-major order over the reduced axes; a NaN wins).
-template <class Node, class M, std::size_t K, std::size_t RD>
-GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a, coord<RD> const& d) {
-  using E = evaluator<Node>;
-  E ev(a.node_);
-  auto o = map_value(a.map_, d);
+/// The operand coordinate of the first arg-max of a max reduction at its output coordinate
+/// o (row-major order over the reduced axes; a NaN wins).
+template <class E, std::size_t RO>
+GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<RO> const& o) {
   auto c = ev.base(o);
   constexpr std::size_t RA = E::in_rank;
   auto best_c = c;
@@ -72,7 +73,22 @@ GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a
       c[j] = 0;
     }
   }
-  return a.off_ + a.scale_ * best_c[K];
+  return best_c;
+}
+/// Coordinate K of the first arg-max (recomputed: a max reduction that the call did not keep).
+template <class Node, class M, std::size_t K, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a, coord<RD> const& d) {
+  evaluator<Node> ev(a.node_);
+  return a.off_ + a.scale_ * argmax_coord(ev, map_value(a.map_, d))[K];
+}
+/// Coordinate K of the first arg-max of a kept max reduction: read from its buffer.
+template <class M, std::size_t K, std::size_t RO, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_kept_argmax<M, K, RO> const& a,
+                                              coord<RD> const& d) {
+  auto o = map_value(a.map_, d);
+  index_t e = 0;
+  for (std::size_t k = 0; k < RO; ++k) e += o[k] * a.strides_[k];
+  return a.off_ + a.scale_ * a.arg_[e];
 }
 template <class... Ax, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& m,

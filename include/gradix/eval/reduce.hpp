@@ -19,6 +19,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/core/simd.hpp"
+#include "gradix/eval/cost.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/inner.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -212,7 +213,11 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   /// (an operand that does not change along the reduced rows is read once for the group).
   /// As many as fit in registers: 4 with 2 packs of lanes per block (AVX-512), 2 with 4
   /// (AVX), else 1.
-  static constexpr int group = pack_n <= 2 ? 4 : pack_n <= 4 ? 2 : 1;
+  /// An operand too expensive to copy (eval/cost.hpp) runs one block at a time, in plain
+  /// loops over the accumulator packs: the same additions in the same order (the same bits),
+  /// a fraction of the code.
+  static constexpr bool cheap = cheap_body_v<Arg>;
+  static constexpr int group = !cheap ? 1 : pack_n <= 2 ? 4 : pack_n <= 4 ? 2 : 1;
   static constexpr index_t static_in = [] {
     if constexpr (inner_axis < in_rank) return extent_v<SA, inner_axis>;
     else return dyn;
@@ -249,23 +254,40 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   /// Adds elements j .. j + L - 1 of a run.
   template <class P, class In>
   GRADIX_ALWAYS_INLINE static void add_full(P* acc, In const& in, index_t j) {
-    GRADIX_UNROLL(16)
-    for (int q = 0; q < pack_n; ++q)
-      acc[q] = Op::combine(acc[q], pack_as<acc_type, pack_w>(in, j + q * pack_w));
+    if constexpr (cheap) {
+      GRADIX_UNROLL(16)
+      for (int q = 0; q < pack_n; ++q)
+        acc[q] = Op::combine(acc[q], pack_as<acc_type, pack_w>(in, j + q * pack_w));
+    } else {
+      GRADIX_NO_UNROLL
+      for (int q = 0; q < pack_n; ++q)
+        acc[q] = Op::combine(acc[q], pack_as<acc_type, pack_w>(in, j + q * pack_w));
+    }
   }
   /// Adds the last rem (< L) elements of a run, from j on.
   template <class P, class In>
   GRADIX_ALWAYS_INLINE static void add_tail(P* acc, In const& in, index_t j, index_t rem) {
     using T = acc_type;
-    GRADIX_UNROLL(16)
-    for (int q = 0; q < pack_n; ++q) {
+    auto one = [&](int q) {
       index_t lo = q * pack_w;
       if (lo < rem) {
         P t = simd::splat<T, pack_w>(Op::template pad<T>());
         index_t m = rem - lo < pack_w ? rem - lo : pack_w;
-        for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
+        if constexpr (cheap) {
+          for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
+        } else {
+          GRADIX_NO_UNROLL
+          for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
+        }
         acc[q] = Op::combine(acc[q], t);
       }
+    };
+    if constexpr (cheap) {
+      GRADIX_UNROLL(16)
+      for (int q = 0; q < pack_n; ++q) one(q);
+    } else {
+      GRADIX_NO_UNROLL
+      for (int q = 0; q < pack_n; ++q) one(q);
     }
   }
   /// Inner evaluators of the next runs of G cursors (their a_ already set).
@@ -444,8 +466,22 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   }
 
   GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if (!std::is_constant_evaluated()) return compute_out(c);
+#endif
     return compute(c, serial_exec{});
   }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  // A reduction read as an operand (of another reduction, an elementwise node, a kernel's
+  // value expression) runs out of line. Inlined, its whole blocked SIMD nest was copied into
+  // every pack lane of the caller's unrolled loops, and `flatten` on the caller's block
+  // functions inlined it recursively: backward(sum(sum<1>(X))) over a 4 x 6 double took 37 s
+  // to compile with g++ 12 -O1 -march=native (2.1 s at -O2), object 553 KB. One call per
+  // reduced value costs nothing next to the reduction itself.
+  [[gnu::noinline]] value_type compute_out(coord<rank> const& c) const {
+    return compute(c, serial_exec{});
+  }
+#endif
   template <int Axis>
   GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
     if constexpr (Axis == invariant_axis) {

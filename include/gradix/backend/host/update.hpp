@@ -20,6 +20,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/ad.hpp"
+#include "gradix/eval/cost.hpp"
 #include "gradix/eval/map.hpp"
 
 #include <algorithm>
@@ -342,10 +343,17 @@ void run(Use const& u) {
             auto in = vev.template outer<I>(d);
 #if defined(GRADIX_HAS_VECTOR_EXT)
             if (len == TILE) {
-              GRADIX_UNROLL(16)
-              for (index_t q = 0; q < TILE; q += W)
+              auto add = [&](index_t q) {
                 simd::store<T, W>(acc + q, simd::load<T, W>(acc + q) +
                                                ev::pack_as<T, W>(in, t0 + q));
+              };
+              if constexpr (ev::cheap_body_v<V>) {
+                GRADIX_UNROLL(16)
+                for (index_t q = 0; q < TILE; q += W) add(q);
+              } else {  // an expensive v is not copied (eval/cost.hpp)
+                GRADIX_NO_UNROLL
+                for (index_t q = 0; q < TILE; q += W) add(q);
+              }
               continue;
             }
 #endif
@@ -501,7 +509,7 @@ void run(ad::fused_use<U1, U2> const& f) {
   // additions, in the same order, as the row in memory below).
   constexpr index_t static_in = extent_v<typename UA::domain_type, std::size_t(I)>;
   if constexpr (std::is_same_v<TA, TB> && static_in != dyn && static_in % W == 0 &&
-                static_in <= 16 * W) {
+                static_in <= 16 * W && ev::cheap_body_v<V>) {
     constexpr int NQ = int(static_in / W);
     using P = simd::pack<TA, W>;
     P racc[NQ];

@@ -1,0 +1,76 @@
+#pragma once
+/// \file
+/// Which values a call keeps (types only): the cost rule of docs/ad.md, "Saved values".
+///
+/// A node's value is kept in a buffer (computed once per call, before anything reads it)
+/// when it is
+///   - a floating-point reduction read by a node other than a reduction: an elementwise
+///     node that broadcasts it reads each value once per element of the broadcast axes, and
+///     the backward kernels below it read it at every coordinate of their (grown) domains.
+///     A reduction of a reduction reads each inner value once, and the root reduction is the
+///     result itself: neither is kept;
+///   - marked by the user with `gx::saved(e)`.
+/// Everything else (elementwise, index and view nodes) is recomputed where it is read: it
+/// costs a few operations per element and is read once per element of its consumer.
+/// `ad::buffer_count_v<E>` is the number of buffers a call on E keeps; api/saved.hpp builds
+/// them.
+
+#include "gradix/config.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/expr/saved.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace gradix::ad {
+
+template <class N>
+struct is_save_node : std::false_type {};
+template <class A>
+struct is_save_node<save_node<A>> : std::true_type {};
+
+template <class N>
+struct is_max_reduction : std::false_type {};
+template <class A, std::uint64_t Mask, bool Keep>
+struct is_max_reduction<reduce_node<op::max_of, A, Mask, Keep>> : std::true_type {};
+
+/// Is N's value kept, given whether its parent is a reduction or a save mark (Under; the
+/// root counts as under a reduction: it is the result)?
+template <class N, bool Under>
+inline constexpr bool keeps_value_v =
+    is_save_node<N>::value ||
+    (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
+
+/// Do N's operands sit under a reduction or a save mark?
+template <class N>
+inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_save_node<N>::value;
+
+template <class N, bool Under = true>
+struct buffer_count;
+
+namespace detail {
+template <class N, bool Under>
+constexpr std::size_t buffer_count_of() {
+  constexpr bool U = operands_under_v<N>;
+  std::size_t n = keeps_value_v<N, Under> ? 1 : 0;
+  if constexpr (is_saved_node<N>::value) {
+    return 0;  // already kept (a transformed expression)
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    return n + buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, U>::value +
+           buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, U>::value;
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return n + buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, U>::value;
+  } else {
+    return n;
+  }
+}
+}  // namespace detail
+
+template <class N, bool Under>
+struct buffer_count : std::integral_constant<std::size_t, detail::buffer_count_of<N, Under>()> {};
+
+/// Number of values a call (eval, value, backward, grad) on expression E keeps in buffers.
+template <class E>
+inline constexpr std::size_t buffer_count_v = buffer_count<std::remove_cvref_t<E>, true>::value;
+
+}  // namespace gradix::ad

@@ -1,0 +1,351 @@
+#pragma once
+/// \file
+/// The save transform: before a call (eval, assign, value, backward, grad) runs an
+/// expression, every value the cost rule keeps (ad/save.hpp) is computed once, innermost
+/// first, into a buffer, and the expression the call runs reads those buffers
+/// (saved_node). Backward kernels read them too, so a reduction inside an expression costs
+/// its own size once, not once per element that reads it.
+///
+/// Buffers come from a workspace owned by the calling thread: it only grows, so a warm call
+/// allocates nothing; `workspace_bytes(e)` tells what a call on e needs. A call takes its
+/// buffers from the top of its thread's workspace and gives them back when it returns (a
+/// call made while another is running on the same thread, which gradix itself never does,
+/// gets buffers of its own). In constant evaluation every buffer is a separate allocation,
+/// freed when the call returns.
+
+#include "gradix/ad/plan.hpp"
+#include "gradix/ad/save.hpp"
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/eval/map.hpp"
+#include "gradix/eval/saved.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/param.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/expr/saved.hpp"
+#include "gradix/expr/view.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+namespace gradix {
+
+namespace detail {
+
+/// Elements of each kind a call keeps.
+struct saved_sizes {
+  std::size_t nf = 0;  // float
+  std::size_t nd = 0;  // double
+  std::size_t nl = 0;  // long double
+  std::size_t ni = 0;  // index_t (arg-max coordinates of kept max reductions)
+  bool argmax = false;  // a backward call: kept max reductions keep their arg-max too
+  constexpr std::size_t bytes() const {
+    auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
+    return up(nd * sizeof(double)) + up(nf * sizeof(float)) + up(nl * sizeof(long double)) +
+           up(ni * sizeof(index_t));
+  }
+  template <class T>
+  constexpr void add(std::size_t n) {
+    if constexpr (std::is_same_v<T, float>) nf += n;
+    else if constexpr (std::is_same_v<T, double>) nd += n;
+    else if constexpr (std::is_same_v<T, index_t>) ni += n;
+    else nl += n;
+  }
+};
+
+/// A thread's workspace: one byte buffer that only grows, used as a stack by the calls of
+/// that thread.
+struct saved_workspace {
+  std::byte* p_ = nullptr;
+  std::size_t cap_ = 0, top_ = 0;
+  saved_workspace() = default;
+  saved_workspace(saved_workspace const&) = delete;
+  saved_workspace& operator=(saved_workspace const&) = delete;
+  ~saved_workspace() { ::operator delete(p_, std::align_val_t{64}); }
+};
+inline saved_workspace& thread_workspace() {
+  thread_local saved_workspace w;
+  return w;
+}
+
+/// The buffers of one call: typed arrays carved from the thread's workspace (or, in
+/// constant evaluation and for a call nested in another on the same thread, allocated for
+/// this call alone), handed out in order by take<T>(n).
+class saved_space {
+ public:
+  constexpr explicit saved_space(saved_sizes const& z) : z_(z) {
+    if (std::is_constant_evaluated()) {
+      own_ = true;
+      if (z.nf) f_ = std::allocator<float>{}.allocate(z.nf);
+      if (z.nd) d_ = std::allocator<double>{}.allocate(z.nd);
+      if (z.nl) l_ = std::allocator<long double>{}.allocate(z.nl);
+      if (z.ni) i_ = std::allocator<index_t>{}.allocate(z.ni);
+      return;
+    }
+    take_from_workspace(z);
+  }
+  // (run time only: the thread's workspace, or a buffer of this call when nested)
+  void take_from_workspace(saved_sizes const& z) {
+    std::size_t need = z.bytes();
+    if (need == 0) return;
+    saved_workspace& w = thread_workspace();
+    std::byte* base = nullptr;
+    if (w.top_ == 0) {
+      if (need > w.cap_) {  // grow (nothing of the workspace is in use)
+        std::size_t b = need > 2 * w.cap_ ? need : 2 * w.cap_;
+        void* q = ::operator new(b, std::align_val_t{64});  // std::bad_alloc: nothing changed
+        ::operator delete(w.p_, std::align_val_t{64});
+        w.p_ = static_cast<std::byte*>(q);
+        w.cap_ = b;
+      }
+      base = w.p_;
+      w.top_ = need;
+      ws_ = &w;
+    } else {  // nested in another call of this thread: buffers of its own
+      base = static_cast<std::byte*>(::operator new(need, std::align_val_t{64}));
+      heap_ = base;
+    }
+    auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
+    d_ = reinterpret_cast<double*>(base);
+    f_ = reinterpret_cast<float*>(base + up(z.nd * sizeof(double)));
+    std::byte* lp = base + up(z.nd * sizeof(double)) + up(z.nf * sizeof(float));
+    l_ = reinterpret_cast<long double*>(lp);
+    i_ = reinterpret_cast<index_t*>(lp + up(z.nl * sizeof(long double)));
+  }
+  void release() {
+    if (ws_) ws_->top_ = 0;
+    if (heap_) ::operator delete(heap_, std::align_val_t{64});
+  }
+  saved_space(saved_space const&) = delete;
+  saved_space& operator=(saved_space const&) = delete;
+  constexpr ~saved_space() {
+    if (own_) {
+      if (f_) std::allocator<float>{}.deallocate(f_, z_.nf);
+      if (d_) std::allocator<double>{}.deallocate(d_, z_.nd);
+      if (l_) std::allocator<long double>{}.deallocate(l_, z_.nl);
+      if (i_) std::allocator<index_t>{}.deallocate(i_, z_.ni);
+      return;
+    }
+    release();
+  }
+  /// Whether kept max reductions keep their arg-max (a backward call).
+  constexpr bool argmax() const { return z_.argmax; }
+  /// The next n elements of T.
+  template <class T>
+  constexpr T* take(std::size_t n) {
+    if constexpr (std::is_same_v<T, float>) return f_ + (uf_ += n) - n;
+    else if constexpr (std::is_same_v<T, double>) return d_ + (ud_ += n) - n;
+    else if constexpr (std::is_same_v<T, index_t>) return i_ + (ui_ += n) - n;
+    else return l_ + (ul_ += n) - n;
+  }
+
+ private:
+  saved_sizes z_;
+  float* f_ = nullptr;
+  double* d_ = nullptr;
+  long double* l_ = nullptr;
+  index_t* i_ = nullptr;
+  std::size_t uf_ = 0, ud_ = 0, ul_ = 0, ui_ = 0;
+  bool own_ = false;
+  saved_workspace* ws_ = nullptr;
+  std::byte* heap_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------
+// The transform, and the sizes it needs (the same recursion: counting first, so that the
+// buffers are taken from one reservation and never move while they are filled).
+
+template <bool Under, class N>
+constexpr void count_saved(N const& n, saved_sizes& z) {
+  if constexpr (ad::keeps_value_v<N, Under>) {
+    z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
+    if constexpr (ad::is_max_reduction<N>::value)
+      if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(N::mask)));
+  }
+  constexpr bool U = ad::operands_under_v<N>;
+  if constexpr (is_saved_node<N>::value) {
+  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
+    count_saved<U>(n.lhs_, z);
+    count_saved<U>(n.rhs_, z);
+  } else if constexpr (requires { n.arg_; }) {
+    count_saved<U>(n.arg_, z);
+  }
+}
+
+/// A node kept: its value computed into a buffer of the call, read from there.
+template <class N>
+constexpr auto keep_value(N const& n, saved_space& s) {
+  using T = value_type_t<N>;
+  using L = saved_layout_t<N>;
+  using S = shape_of_t<N>;
+  using Sp = std::conditional_t<std::is_void_v<space_of_t<N>>, host_space, space_of_t<N>>;
+  T* p = s.template take<T>(std::size_t(n.shape().size()));
+  tensor_view<T, S, L, Sp> buf(p, n.shape());
+  host::assign(buf, n);
+  using R = saved_node<N, L>;
+  R r{n, typename R::buffer_type(buf)};
+  if constexpr (ad::is_max_reduction<N>::value) {
+    if (!s.argmax()) return r;
+    // the arg-max of each output element, for the backward (one scan per element, in
+    // parallel over the elements when there is enough work)
+    constexpr std::size_t RO = S::rank;
+    constexpr std::size_t nred = std::size_t(__builtin_popcountll(N::mask));
+    using E = ev::evaluator<N>;
+    index_t const count = n.shape().size();
+    index_t* arg = s.template take<index_t>(std::size_t(count) * nred);
+    E const eva(n);
+    auto ext = n.shape().extents();
+    auto fill = [&](index_t a, index_t b) {
+      for (index_t k = a; k < b; ++k) {
+        coord<RO> o{};
+        index_t rem = k;
+        for (std::size_t j = RO; j-- > 0;) {
+          o[j] = rem % ext[j];
+          rem /= ext[j];
+        }
+        auto c = ev::argmax_coord(eva, o);
+        std::size_t q = 0;
+        for (std::size_t j = 0; j < E::in_rank; ++j)
+          if (E::reduced(j)) arg[std::size_t(k) * nred + q++] = c[j];
+      }
+    };
+    if (std::is_constant_evaluated()) {
+      fill(0, count);
+    } else {
+      index_t per = eva.count() > 0 ? eva.count() : 1;
+      host::parallel_ranges(count, fill, std::max<index_t>(1, host::parallel_min_elements / per));
+    }
+    r.argmax_ = arg;
+  }
+  return r;
+}
+
+template <bool Under, class N>
+constexpr auto with_saved(N const& n, saved_space& s);
+
+// Each node kind rebuilt over its transformed operands (U: whether they sit under it as
+// under a reduction or a save mark).
+template <bool U, class Op, class A>
+constexpr auto rebuild(unary_node<Op, A> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return unary_node<Op, decltype(a)>{a};
+}
+template <bool U, class Op, class L, class R>
+constexpr auto rebuild(binary_node<Op, L, R> const& n, saved_space& s) {
+  auto l = with_saved<U>(n.lhs_, s);
+  auto r = with_saved<U>(n.rhs_, s);
+  return binary_node<Op, decltype(l), decltype(r)>{l, r, n.shape_};
+}
+template <bool U, class Op, class A, axis_mask M, bool K>
+constexpr auto rebuild(reduce_node<Op, A, M, K> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return reduce_node<Op, decltype(a), M, K>{a, n.shape_};
+}
+template <bool U, class A, std::size_t Axis, class Idx>
+constexpr auto rebuild(index_node<A, Axis, Idx> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return index_node<decltype(a), Axis, Idx>{a, n.idx_, n.shape_};
+}
+template <bool U, class A, std::size_t... P>
+constexpr auto rebuild(permute_node<A, P...> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return permute_node<decltype(a), P...>{a, n.shape_};
+}
+template <bool U, class A, std::size_t Axis>
+constexpr auto rebuild(unsqueeze_node<A, Axis> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return unsqueeze_node<decltype(a), Axis>{a, n.shape_};
+}
+template <bool U, class A, class S>
+constexpr auto rebuild(broadcast_node<A, S> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return broadcast_node<decltype(a), S>{a, n.shape_};
+}
+template <bool U, class A, class S>
+constexpr auto rebuild(reshape_node<A, S> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return reshape_node<decltype(a), S>{a, n.shape_};
+}
+template <bool U, class A>
+constexpr auto rebuild(detach_node<A> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return detach_node<decltype(a)>{a};
+}
+template <bool U, class A>
+constexpr auto rebuild(save_node<A> const& n, saved_space& s) {
+  return with_saved<U>(n.arg_, s);  // the mark itself becomes the saved_node around it
+}
+
+/// n with every value the rule keeps replaced by a saved_node over a filled buffer.
+template <bool Under, class N>
+constexpr auto with_saved(N const& n, saved_space& s) {
+  if constexpr (ad::buffer_count<N, Under>::value == 0) {
+    return n;  // nothing kept below: the node as it is (leaves, saved nodes, plain subtrees)
+  } else {
+    auto r = rebuild<ad::operands_under_v<N>>(n, s);
+    if constexpr (ad::keeps_value_v<N, Under>) return keep_value(r, s);
+    else return r;
+  }
+}
+
+/// Sizes of the buffers a call on the (prepared) expression e keeps.
+template <class E>
+constexpr saved_sizes saved_sizes_of(E const& e, bool argmax) {
+  saved_sizes z;
+  z.argmax = argmax;
+  count_saved<true>(e, z);
+  return z;
+}
+
+/// Calls f(e2), where e2 is the prepared expression e with the values it keeps computed
+/// into buffers of this call (e itself when it keeps none); Backward: the call runs backward
+/// kernels (kept max reductions keep their arg-max too). Out of memory for the buffers is a
+/// gradix::error naming op, raised before anything is written.
+template <bool Backward, class E, class F>
+constexpr decltype(auto) run_with_saved(E const& e, char const* op, F&& f) {
+  if constexpr (ad::buffer_count_v<E> == 0) {
+    return f(e);
+  } else {
+    saved_sizes const z = saved_sizes_of(e, Backward);
+    auto make = [&]() -> saved_space {
+      try {
+        return saved_space(z);
+      } catch (std::bad_alloc const&) {
+        fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
+      }
+    };
+    saved_space s = make();
+    auto const e2 = with_saved<true>(e, s);
+    return f(e2);
+  }
+}
+
+}  // namespace detail
+
+/// Bytes of workspace a backward or grad call on e uses for the values it keeps
+/// (ad::buffer_count_v; docs/ad.md, "Saved values"): the kept values, the arg-max
+/// coordinates of kept max reductions, each kind rounded up to 64 bytes. 0 when nothing is
+/// kept. (eval and value need no arg-max: at most this.)
+template <operand E>
+std::size_t workspace_bytes(E const& e) {
+  return detail::saved_sizes_of(detail::as_node(e), true).bytes();
+}
+
+/// The expression a call on E runs: E with every value it keeps read from a buffer.
+template <operand E>
+using saved_expr_t = decltype(detail::with_saved<true>(std::declval<detail::node_t<E> const&>(),
+                                                        std::declval<detail::saved_space&>()));
+/// The backward plan a call on the rank-0 expression E runs (its update kernels; the buffers
+/// it reads are ad::buffer_count_v<E>).
+template <operand E>
+using backward_plan_t = decltype(ad::plan(std::declval<saved_expr_t<E> const&>()));
+
+/// Bytes the calling thread's workspace holds now (it only grows; a warm call reuses it).
+inline std::size_t workspace_capacity() { return detail::thread_workspace().cap_; }
+
+}  // namespace gradix

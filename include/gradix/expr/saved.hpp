@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// Saved values: sub-expressions whose value is computed once per call into a buffer and read
+/// from there, instead of being recomputed wherever it is read.
+///
+///   save_node<A>      `gx::saved(e)`: the user asks for e's value to be kept
+///   saved_node<N, L>  N's value in a buffer of N's shape (layout L); made by the API's save
+///                     transform (api/saved.hpp) for every `save_node` and for every
+///                     reduction read by a node other than a reduction (the cost rule of
+///                     docs/ad.md, "Saved values"); never built by users
+///
+/// Both have the value of their operand and pass gradients through to it.
+
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/node.hpp"
+
+#include <type_traits>
+
+namespace gradix {
+
+/// out[c] = arg[c], kept in a buffer for the duration of one call (eval, value, backward,
+/// grad); backward: d_arg[c] = d_out[c]
+template <class Arg>
+struct save_node {
+  using is_gradix_expression = void;
+  using value_type = value_type_t<Arg>;
+  using shape_type = shape_of_t<Arg>;
+  using layout_type = layout_of_t<Arg>;
+  using space_type = space_of_t<Arg>;
+  Arg arg_;
+  GRADIX_HOST_DEVICE constexpr shape_type shape() const { return arg_.shape(); }
+};
+
+/// The layout of a saved buffer: N's own when it is row- or column-major, else row-major.
+template <class N>
+using saved_layout_t =
+    std::conditional_t<std::is_same_v<layout_of_t<N>, col_major> && (shape_of_t<N>::rank > 1),
+                       col_major, row_major>;
+
+/// N's value, read from a buffer (buf_) filled before the expression runs; node_ is N itself,
+/// through which backward pushes adjoints.
+template <class N, class L>
+struct saved_node {
+  using is_gradix_expression = void;
+  using value_type = value_type_t<N>;
+  using shape_type = shape_of_t<N>;
+  using layout_type = L;
+  using space_type = space_of_t<N>;
+  using buffer_type = tensor_view<value_type const, shape_type, L,
+                                  std::conditional_t<std::is_void_v<space_type>, host_space, space_type>>;
+  N node_;
+  buffer_type buf_;
+  /// A max reduction's arg-max, when N is one: per output element (row-major order), the
+  /// operand coordinate along each reduced axis (in axis order) of its first arg-max.
+  index_t const* argmax_ = nullptr;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return buf_.shape(); }
+};
+
+template <class N>
+struct is_saved_node : std::false_type {};
+template <class N, class L>
+struct is_saved_node<saved_node<N, L>> : std::true_type {};
+
+/// Keeps the value of x for the duration of each call that runs the expression: it is
+/// computed once, in a pre-pass, and read from a buffer wherever the expression reads x
+/// (docs/ad.md, "Saved values"). Gradients flow through it unchanged. Use it for a
+/// sub-expression that is read many times per element: one that is broadcast, or one whose
+/// value a backward kernel reads at many domain coordinates.
+template <operand X>
+constexpr auto saved(X&& x) {
+  using N = detail::node_t<X>;
+  static_assert(std::is_floating_point_v<value_type_t<N>>,
+                "gradix::saved: only floating-point values are kept (the expression has an "
+                "integer element type)");
+  if constexpr (std::is_floating_point_v<value_type_t<N>>)
+    return save_node<N>{detail::as_node(static_cast<X&&>(x))};
+}
+
+}  // namespace gradix
