@@ -23,7 +23,9 @@ struct exp {
   static constexpr char const* name = "exp";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::exp(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(exp, math::exp(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y; }
@@ -33,7 +35,9 @@ struct log {
   static constexpr char const* name = "log";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::log(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(log, math::log(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return simd::constant<T>(1) / x; }
@@ -43,7 +47,9 @@ struct tanh {
   static constexpr char const* name = "tanh";
   static constexpr bool needs_floating = true;
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T x) { return GRADIX_LANEWISE(math::tanh(v)); }
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(tanh, math::tanh(v));
+  }
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return simd::constant<T>(1) - y * y; }
@@ -54,7 +60,7 @@ struct sigmoid {
   static constexpr bool needs_floating = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T x) {
-    return GRADIX_LANEWISE(decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
+    GRADIX_VMATH_OR_LANEWISE(sigmoid, decltype(v)(1) / (decltype(v)(1) + math::exp(-v)));
   }
   static constexpr bool pack_derivative = true;
   template <class T>
