@@ -375,6 +375,34 @@ void run_static(char const* label, int threads) {
   expect("value(sum(...)) of a static expression: none", k, 0);
 }
 
+/// Saved values (api/saved.hpp): the first call that keeps values grows the calling thread's
+/// workspace; a warm call allocates nothing (backward with its kept max, arg-max and sum;
+/// value; eval: only its result).
+void run_saved(char const* label, int threads, gx::index_t m, gx::index_t n) {
+  std::printf("-- saved values, %s: %d thread(s), %ld x %ld\n", label, threads, long(m), long(n));
+  gx::set_num_threads(threads);
+  auto x = gx::param(gx::uniform<float>(gx::dims(m, n), 9, -2.0f, 2.0f));
+  auto lse = [&] {
+    return gx::sum(gx::log(gx::sum<1>(gx::exp(x - gx::max<1>(x, gx::keep_dims)))) + gx::max<1>(x));
+  };
+  new_epoch();
+  float v = 0;
+  auto k = window([&] { v = gx::backward(lse()); });
+  escape(&v);
+  expect_true("  cold backward: the workspace grows (at least one allocation)", k.allocs >= 1);
+  k = window([&] { v = gx::backward(lse()); });
+  escape(&v);
+  expect("warm backward with kept max, arg-max and sum: none", k, 0);
+  k = window([&] { v = gx::value(lse()); });
+  escape(&v);
+  expect("warm value with kept values: none", k, 0);
+  std::optional<gx::tensor<float, shape<dyn, dyn>>> out;
+  k = window([&] { out.emplace(gx::eval(x - gx::max<1>(x, gx::keep_dims))); });
+  expect("warm eval of x - max<1>(x): one allocation (the result)", k, 1);
+  expect_true("  workspace_bytes <= the thread's workspace",
+              gx::workspace_bytes(lse()) <= gx::workspace_capacity());
+}
+
 void positive_control() {
   std::printf("-- positive control: the interposition sees allocations\n");
   auto k = window([] {
@@ -486,6 +514,8 @@ int main() {
   run_cases<gx::col_major>("parallel, column-major, many rows", 4, 100003, 11);
   static_assert(!gx::tensor<float, shape<256, 512>>::stores_inline);
   run_static<256, 512>("parallel, large static shape", 4);
+  run_saved("serial", 1, 37, 53);
+  run_saved("parallel", 4, 1031, 1021);
 
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;

@@ -69,6 +69,24 @@ constexpr t23 grad_reduce() {
   return gx::grad(e, a).to_dense();
 }
 
+// Saved values in constant evaluation (api/saved.hpp: buffers from std::allocator, freed
+// when the call returns): a row-wise logsumexp keeps its max (with its arg-max) and its sum.
+// Its gradient is the row softmax: each row sums to 1, and the max's own adjoint cancels.
+constexpr t23 grad_lse() {
+  auto a = gx::param(a0);
+  auto m = gx::max<1>(a, gx::keep_dims);
+  auto e = gx::sum(gx::log(gx::sum<1>(gx::exp(a - m))) + gx::max<1>(a));
+  return gx::grad(e, a).to_dense();
+}
+constexpr bool rows_sum_to_one(t23 const& g) {
+  for (gx::index_t i = 0; i < 2; ++i) {
+    double s = g(i, 0) + g(i, 1) + g(i, 2);
+    if (s - 1 > 1e-14 || 1 - s > 1e-14) return false;
+  }
+  return g(0, 2) > g(0, 1) && g(0, 1) > g(0, 0);
+}
+static_assert(rows_sum_to_one(grad_lse()));
+
 // backward (value and gradient), backward_only, a seeded backward, detach, zero_grad, and a
 // gradient-only call that grad() makes without touching the parameters' storage.
 struct several {
@@ -116,6 +134,8 @@ TEST_CASE("constexpr grad: compile-time gradients equal run-time gradients") {
   constexpr t43 ce_index = grad_index();
   constexpr t23 ce_views = grad_views();
   constexpr t23 ce_reduce = grad_reduce();
+  constexpr t23 ce_lse = grad_lse();
+  check_same(ce_lse, grad_lse());
   check_same(ce_elementwise, grad_elementwise());
   check_same(ce_index, grad_index());
   check_same(ce_views, grad_views());

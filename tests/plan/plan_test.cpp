@@ -305,3 +305,45 @@ TEST_CASE("saved: a reduction broadcast back is computed once per call, not once
   CHECK(counted_evals.load() == 16 * 40);
   gx::set_num_threads(threads);
 }
+
+// Several parameters in one elementwise region: one multi_use kernel whose sweep evaluates the
+// region once per element for all of them.
+using PV = gx::parameter<float, shape<dyn>>;
+using V1 = gx::tensor_view<float const, shape<dyn>>;
+inline auto net4(PV const& w1, PV const& b1, PV const& w2, PV const& b2, PV const& w3, PV const& b3,
+                 PV const& w4, PV const& b4, V1 x) {
+  auto h1 = gx::tanh(w1 * x + b1);
+  auto h2 = gx::tanh(w2 * h1 + b2);
+  auto h3 = gx::tanh(w3 * h2 + b3);
+  return gx::sum(gx::tanh(w4 * h3 + b4));
+}
+using net4_expr = decltype(net4(std::declval<PV&>(), std::declval<PV&>(), std::declval<PV&>(), std::declval<PV&>(),
+                                std::declval<PV&>(), std::declval<PV&>(), std::declval<PV&>(), std::declval<PV&>(),
+                                std::declval<V1>()));
+using net4_plan = gx::backward_plan_t<net4_expr>;
+using net4_kernel = std::remove_cvref_t<decltype(gx::get<0>(std::declval<net4_plan&>()))>;
+static_assert(net4_plan::size == 1 && ad::is_multi<net4_kernel>::value);
+static_assert(decltype(std::declval<net4_kernel&>().uses_)::size == 8);
+static_assert(ad::buffer_count_v<net4_expr> == 0);
+// a region whose parameter is reached through a broadcast keeps that use apart (its sum over
+// the broadcast axis is a loop nest of its own)
+using PM = gx::parameter<float, shape<dyn, dyn>>;
+using PR = gx::parameter<float, shape<1, dyn>>;
+inline auto bcast1(PM const& X, PR const& r, PM const& Y) { return gx::sum(gx::tanh(X * Y + r)); }
+using bcast_plan = gx::backward_plan_t<decltype(bcast1(std::declval<PM&>(), std::declval<PR&>(), std::declval<PM&>()))>;
+static_assert(bcast_plan::size == 2);  // X and Y together, r apart
+
+TEST_CASE("multi_use: the region's derivatives are evaluated once per element for all targets") {
+  int const threads = gx::num_threads();
+  gx::set_num_threads(1);
+  gx::index_t const n = 1000;
+  auto x = gx::uniform<float>(gx::dims(n), 1);
+  auto a = gx::param(gx::uniform<float>(gx::dims(n), 2)), b = gx::param(gx::uniform<float>(gx::dims(n), 3));
+  auto c = gx::param(gx::uniform<float>(gx::dims(n), 4));
+  // counted's derivative (counted per call) at the top of a region read by three parameters
+  auto e = gx::sum(gx::unary<counted>(a * x + b * c));
+  evaluations = 0;
+  gx::backward_only(e);
+  CHECK(evaluations.load() == n);  // one sweep per element (three kernels took 3 n)
+  gx::set_num_threads(threads);
+}

@@ -133,6 +133,85 @@ inline constexpr bool fusable_v = [] {
 }();
 
 // ---------------------------------------------------------------------------------------
+// Several uses of one elementwise region in one kernel
+
+/// The parts of a use's value expression when it is (v0 times) d Top / d X of a region:
+/// `at_map_node<path_deriv_node<Top, P>, M, D>`, optionally multiplied by v0 on the left and
+/// negated (`settle` in ad/push.hpp builds exactly these forms).
+template <class V>
+struct region_value {
+  static constexpr bool value = false;
+};
+template <class Top, class P, class M, class D>
+struct region_value<at_map_node<path_deriv_node<Top, P>, M, D>> {
+  static constexpr bool value = true;
+  static constexpr bool negative = false;
+  static constexpr bool has_v0 = false;
+  using top = Top;
+  using path_type = P;
+  using map = M;
+  using v0 = void;
+};
+template <class V0, class Top, class P, class M, class D>
+struct region_value<binary_node<op::mul, V0, at_map_node<path_deriv_node<Top, P>, M, D>>>
+    : region_value<at_map_node<path_deriv_node<Top, P>, M, D>> {
+  static constexpr bool has_v0 = true;
+  using v0 = V0;
+};
+template <class X>
+struct region_value<unary_node<op::neg, X>> : region_value<X> {
+  static constexpr bool negative = region_value<X>::value;
+};
+
+/// Every node of an elementwise region (unary and binary nodes from Top down to the first
+/// node of another kind) has element type T, and no node is a cast.
+template <class N, class T>
+struct region_uniform : std::true_type {};  // the region ends here
+template <class Op, class A, class T>
+struct region_uniform<unary_node<Op, A>, T>
+    : std::bool_constant<std::is_same_v<value_type_t<unary_node<Op, A>>, T> &&
+                         !requires { typename Op::result_type; } && region_uniform<A, T>::value> {};
+template <class Op, class L, class R, class T>
+struct region_uniform<binary_node<Op, L, R>, T>
+    : std::bool_constant<std::is_same_v<value_type_t<binary_node<Op, L, R>>, T> &&
+                         region_uniform<L, T>::value && region_uniform<R, T>::value> {};
+
+/// Can use U join the multi_use of region Top (entered with map M)? Its value is a path
+/// derivative of Top; its map is M itself (no broadcast between Top and the target: no
+/// projected axis), injective, with an inner axis; the region has one element type, that of
+/// the target storage.
+template <class U, class Top, class M>
+inline constexpr bool region_member_v = [] {
+  using V = typename U::value_expr;
+  using RV = region_value<V>;
+  if constexpr (!RV::value) {
+    return false;
+  } else if constexpr (!std::is_same_v<typename RV::top, Top> ||
+                       !std::is_same_v<typename RV::map, M> ||
+                       !std::is_same_v<typename U::map_type, M>) {
+    return false;
+  } else {
+    using K = kernel_traits<U>;
+    using T = value_type_t<Top>;
+    return K::projected_mask == 0 && K::injective && K::inner_axis >= 0 &&
+           std::is_same_v<typename U::storage_type::value_type, T> &&
+           std::is_floating_point_v<T> && region_uniform<Top, T>::value;
+  }
+}();
+
+/// Uses U... of one region (each a region_member_v of it, with the same domain and v0 type)
+/// run as one kernel: one loop nest over the shared domain; per element one reverse sweep of
+/// the region gives every use's adjoint (eval/sweep.hpp), added to each target in order.
+template <class... U>
+struct multi_use {
+  tuple<U...> uses_;
+};
+template <class U>
+struct is_multi : std::false_type {};
+template <class... U>
+struct is_multi<multi_use<U...>> : std::true_type {};
+
+// ---------------------------------------------------------------------------------------
 // Work per domain element (types only): how many evaluator nodes a kernel's value
 // expression visits for one element of its domain, counting every recomputation. A
 // reduction read inside a value expression counts `reduction_weight` times its operand, a

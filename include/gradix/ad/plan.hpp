@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The compile-time plan of a backward pass: a tuple of update kernels (`use`s), one per
-/// parameter use, and no buffers. `plan(e)` builds it; its type tells, for each kernel, the
+/// parameter use. (The values a call keeps in buffers are decided by ad/save.hpp; a call
+/// runs the plan of the expression over those buffers: gx::backward_plan_t in api/saved.hpp.) `plan(e)` builds it; its type tells, for each kernel, the
 /// domain rank, the kind of each domain axis (affine, lookup, projected), whether the write
 /// map is injective (plain stores) or needs owner-computes accumulation, the domain axis
 /// walked innermost, and whether projected sums collapse to `extent x v`.

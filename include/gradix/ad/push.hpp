@@ -30,6 +30,7 @@
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/view.hpp"
 
+#include <tuple>
 #include <type_traits>
 
 namespace gradix::ad {
@@ -106,6 +107,85 @@ struct is_pending<pending<V0, Top, Path, MTop>> : std::true_type {};
 template <std::size_t Side, class V0, class Top, std::size_t... S, class MTop>
 constexpr auto extend_path(pending<V0, Top, path<S...>, MTop> const& p) {
   return pending<V0, Top, path<S..., Side>, MTop>{p.v0_, p.top_, p.mtop_};
+}
+
+template <class U>
+struct is_plain_use : std::false_type {};
+template <class D, class V, class M, class G>
+struct is_plain_use<use<D, V, M, G>> : std::true_type {};
+
+namespace detail {
+template <class E, class Top, class M>
+inline constexpr bool member_of_v = [] {
+  if constexpr (is_plain_use<E>::value) return region_member_v<E, Top, M>;
+  else return false;
+}();
+template <class U>
+using v0_of_t = typename region_value<typename U::value_expr>::v0;
+constexpr tuple<> cat_all() { return {}; }
+template <class A, class... R>
+constexpr auto cat_all(A const& a, R const&... r) {
+  return tuple_cat(a, cat_all(r...));
+}
+}  // namespace detail
+
+namespace detail {
+/// Which elements of a plan tuple tuple<E...> are members of region Top's multi_use.
+template <class Top, class M, class... E>
+struct region_members {
+  static constexpr std::size_t n = sizeof...(E);
+  static constexpr bool mem[n + 1] = {member_of_v<E, Top, M>..., false};
+  static constexpr std::size_t count = (std::size_t(member_of_v<E, Top, M>) + ... + 0);
+  static constexpr std::size_t first = [] {
+    for (std::size_t j = 0; j < n; ++j)
+      if (mem[j]) return j;
+    return n;
+  }();
+  static constexpr auto idx = [] {
+    array<std::size_t, (count > 0 ? count : 1)> a{};
+    std::size_t q = 0;
+    for (std::size_t j = 0; j < n; ++j)
+      if (mem[j]) a[q++] = j;
+    return a;
+  }();
+};
+}  // namespace detail
+
+/// Where a region starts (at node Top, entered with map type M): the uses its push produced
+/// that are plain path derivatives of Top into full targets (ad::region_member_v) run as one
+/// multi_use kernel, at the place of the first of them, when there are two or more (with one
+/// domain and one v0 type, as uses from one pending adjoint have). The other plan elements
+/// keep their order.
+template <class Top, class M, class... E>
+constexpr auto group_region(tuple<E...> const& r) {
+  using RM = detail::region_members<Top, M, E...>;
+  if constexpr (RM::count < 2) {
+    return r;
+  } else {
+    using U0 = std::remove_cvref_t<decltype(get<RM::first>(r))>;
+    constexpr bool same = []<std::size_t... Q>(std::index_sequence<Q...>) {
+      return ((std::is_same_v<typename std::tuple_element_t<RM::idx[Q], std::tuple<E...>>::domain_type,
+                              typename U0::domain_type> &&
+               std::is_same_v<detail::v0_of_t<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>>,
+                              detail::v0_of_t<U0>>) && ...);
+    }(std::make_index_sequence<RM::count>{});
+    if constexpr (!same) {
+      return r;
+    } else {
+      auto group = [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+        return multi_use<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>...>{
+            make_tuple(get<RM::idx[Q]>(r)...)};
+      }(std::make_index_sequence<RM::count>{});
+      return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        auto piece = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+          if constexpr (K == RM::first) return make_tuple(group);
+          else if constexpr (RM::mem[K]) return tuple<>{};
+          else return make_tuple(get<K>(r));
+        };
+        return detail::cat_all(piece(std::integral_constant<std::size_t, J>{})...);
+      }(std::make_index_sequence<RM::n>{});
+    }
+  }
 }
 
 /// The plain value expression of a (possibly pending) adjoint over domain dom. Trailing steps
@@ -199,7 +279,7 @@ constexpr auto push(unary_node<Op, A> const& n, D const& dom, V const& v, M cons
   } else if constexpr (partial_of_v<N, 0> == partial_kind::plus_one) {  // cast
     return push(n.arg_, dom, v, m);
   } else {  // a region starts here
-    return push(n.arg_, dom, pending<V, N, path<0>, M>{v, n, m}, m);
+    return group_region<N, M>(push(n.arg_, dom, pending<V, N, path<0>, M>{v, n, m}, m));
   }
 }
 
@@ -231,7 +311,12 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
   };
   auto left = side.template operator()<0>(n.lhs_, ml, n.rhs_, mr);
   auto right = side.template operator()<1>(n.rhs_, mr, n.lhs_, ml);
-  if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
+  // does a region start here (on either side)?
+  constexpr bool starts_region = !is_pending<V>::value && !std::is_same_v<Op, op::mul> &&
+                                 (!constant_partial_v<N, 0> || !constant_partial_v<N, 1>);
+  if constexpr (starts_region) {
+    return group_region<N, M>(tuple_cat(left, right));
+  } else if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
                 decltype(right)::size == 1) {
     using UL = std::remove_cvref_t<decltype(get<0>(left))>;
     using UR = std::remove_cvref_t<decltype(get<0>(right))>;

@@ -61,6 +61,12 @@ struct extend_node {
 template <std::size_t... S>
 struct path {};
 
+/// A list of paths from one region's top (the targets of an ad::multi_use).
+template <class... P>
+struct path_list {
+  static constexpr std::size_t size = sizeof...(P);
+};
+
 /// How a node's value changes with one operand (its local partial derivative), by kind:
 ///   plus_one / minus_one   a constant (+, -, negation, a cast): nothing to evaluate
 ///   sibling                reads only the other operand (the product, the left side of /)

@@ -27,21 +27,38 @@
 namespace gradix {
 
 namespace detail {
-/// Calls f on each plain use of a plan element (both parts of a fused pair).
+/// Calls f on each plain use of a plan element (both parts of a fused pair, every member of
+/// a multi_use).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
   if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
     f(u.first_);
     f(u.second_);
+  } else if constexpr (ad::is_multi<std::remove_cv_t<U>>::value) {
+    for_each_element(u.uses_, f);
   } else {
     f(u);
   }
 }
 
+/// Number of plain uses in a plan element, and in a plan.
+template <class U>
+inline constexpr std::size_t uses_in_v = 1;
+template <class U1, class U2>
+inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
+template <class... U>
+inline constexpr std::size_t uses_in_v<ad::multi_use<U...>> = sizeof...(U);
+template <class Plan>
+struct plan_uses;
+template <class... E>
+struct plan_uses<tuple<E...>> : std::integral_constant<std::size_t, (uses_in_v<E> + ... + 0)> {};
+template <class Plan>
+inline constexpr std::size_t plan_uses_v = plan_uses<std::remove_cvref_t<Plan>>::value;
+
 /// Check mode: scans each distinct target storage of a plan once, in plan order.
 template <class Plan>
 void check_finite_gradients(Plan const& p, char const* op) {
-  void const* seen[2 * Plan::size > 0 ? 2 * Plan::size : 1] = {};
+  void const* seen[plan_uses_v<Plan> > 0 ? plan_uses_v<Plan> : 1] = {};
   std::size_t n = 0;
   for_each_element(p, [&](auto const& pu) {
     for_each_use(pu, [&](auto const& u) {
@@ -61,7 +78,7 @@ void check_finite_gradients(Plan const& p, char const* op) {
 /// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
 template <class Plan>
 constexpr void run_plan(Plan const& p, char const* op) {
-  storage_guard<2 * Plan::size> guard(op);
+  storage_guard<plan_uses_v<Plan>> guard(op);
   for_each_element(p, [&](auto const& pu) {
     for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
   });

@@ -22,6 +22,7 @@
 #include "gradix/eval/ad.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/map.hpp"
+#include "gradix/eval/sweep.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -558,6 +559,197 @@ void run(ad::fused_use<U1, U2> const& f) {
     for (int i = 0; i < n_row; ++i) add(i);
   } while (detail::next_coord(o, ext, O));
   for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
+}
+
+// ---------------------------------------------------------------------------------------
+// Several uses of one region (ad::multi_use): one loop nest over the shared domain, one
+// reverse sweep of the region per element (eval/sweep.hpp) giving every use's adjoint, each
+// added to its target in use order. The maps are injective with no projected axis, so the
+// outer coordinates split freely over threads.
+
+namespace detail {
+template <class... U>
+struct multi_parts {
+  using U0 = std::tuple_element_t<0, std::tuple<U...>>;
+  using RV0 = ad::region_value<typename U0::value_expr>;
+  using Top = typename RV0::top;
+  using M = typename RV0::map;
+  using PL = ad::path_list<typename ad::region_value<typename U::value_expr>::path_type...>;
+  using sweep_type = ev::sweep<Top, PL>;
+  static constexpr bool negative[sizeof...(U)] = {ad::region_value<typename U::value_expr>::negative...};
+  /// The at_map_node<path_deriv_node<Top, P>, M, D> of a use's value.
+  template <class V>
+  static constexpr auto const& at_map(V const& v) {
+    if constexpr (requires { v.arg_; }) return at_map(v.arg_);  // neg
+    else if constexpr (requires { v.rhs_; }) return v.rhs_;     // v0 * ...
+    else return v;
+  }
+  /// v0 of a use's value (its seed factor), when it has one.
+  template <class V>
+  static constexpr auto const& v0(V const& v) {
+    if constexpr (requires { v.arg_; }) return v0(v.arg_);
+    else return v.lhs_;
+  }
+};
+}  // namespace detail
+
+template <class... U>
+constexpr void prepare(ad::multi_use<U...> const& mu) {
+  for_each_element(mu.uses_, [](auto const& u) { prepare(u); });
+}
+template <class... U>
+std::size_t scratch_bytes(ad::multi_use<U...> const&) {
+  return 0;
+}
+
+/// One element at a time over the whole domain (constant evaluation).
+template <class... U>
+constexpr void run_serial(ad::multi_use<U...> const& mu) {
+  using P = detail::multi_parts<U...>;
+  using U0 = typename P::U0;
+  using T = value_type_t<typename P::Top>;
+  constexpr std::size_t RD = U0::domain_type::rank;
+  constexpr std::size_t NU = sizeof...(U);
+  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
+  auto const& u0 = get<0>(mu.uses_);
+  auto ext = u0.dom_.extents();
+  for (std::size_t j = 0; j < RD; ++j)
+    if (ext[j] == 0) return;
+  auto const& am = P::at_map(u0.v_);
+  typename P::sweep_type const sw(am.sub_.top_);
+  coord<RD> d{};
+  do {
+    auto c = ev::map_value(am.map_, d);
+    auto in = sw.template outer<ev::invariant_axis>(c);
+    auto f = in.template fwd<T>(0);
+    T a = T(1);
+    if constexpr (P::RV0::has_v0) a = T(ev::evaluator<typename P::RV0::v0>(P::v0(u0.v_))(d));
+    T out[NU] = {};
+    in.bwd(f, a, out);
+    std::size_t k = 0;
+    for_each_element(mu.uses_, [&](auto const& u) {
+      if (u.target_) {
+        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
+        detail::target_addressing<G> const addr(*u.target_);
+        T x = P::negative[k] ? T(-out[k]) : out[k];
+        u.target_->data()[addr.offset(ev::map_value(u.map_, d))] += x;
+      }
+      ++k;
+    });
+  } while (detail::next_coord(d, ext, all_mask));
+}
+
+template <class... U>
+void run(ad::multi_use<U...> const& mu) {
+  using P = detail::multi_parts<U...>;
+  using U0 = typename P::U0;
+  using K = ad::kernel_traits<U0>;
+  using T = value_type_t<typename P::Top>;
+  constexpr std::size_t RD = K::domain_rank;
+  constexpr std::size_t NU = sizeof...(U);
+  constexpr int I = K::inner_axis;
+  constexpr std::uint64_t O = detail::outer_mask_v<K>;
+  auto const& u0 = get<0>(mu.uses_);
+  auto const sizes = detail::sizes_of(u0);
+  if (sizes.empty) return;
+  auto ext = u0.dom_.extents();
+  index_t const n_outer = sizes.n_outer, n_in = sizes.n_in;
+
+  // the kernel's state, in locals: the gradient stores cannot alias it
+  auto const& am = P::at_map(u0.v_);
+  typename P::sweep_type const sw(am.sub_.top_);
+  auto const tmap = am.map_;  // domain -> the region top's coordinates
+  constexpr int TI = ad::dom_component<typename P::M, std::size_t(I)>::value;  // top's loop axis
+  static_assert(TI >= 0, "gradix internal: a multi_use whose top does not follow the inner axis");
+  index_t const tscale = get<std::size_t(TI)>(tmap).scale_;
+  using V0 = std::conditional_t<P::RV0::has_v0, typename P::RV0::v0, ad::one_node<T, typename U0::domain_type>>;
+  ev::evaluator<V0> const v0ev = [&] {
+    if constexpr (P::RV0::has_v0) return ev::evaluator<V0>(P::v0(u0.v_));
+    else return ev::evaluator<V0>(V0{u0.dom_});
+  }();
+  T* data[NU];
+  index_t tstride[NU];
+  bool unit = tscale == 1;
+  {
+    std::size_t k = 0;
+    for_each_element(mu.uses_, [&](auto const& u) {
+      using KU = ad::kernel_traits<std::remove_cvref_t<decltype(u)>>;
+      data[k] = u.target_ ? u.target_->data() : nullptr;
+      tstride[k] = u.target_ ? u.target_->strides()[std::size_t(KU::target_unit_axis)] *
+                                   get<std::size_t(KU::target_unit_axis)>(u.map_).scale_
+                             : 0;
+      unit = unit && (!u.target_ || tstride[k] == 1);
+      ++k;
+    });
+  }
+  // elements [i0, i1) of the inner axis at outer coordinate o
+  auto body = [&](coord<RD> const& o, index_t i0, index_t i1) {
+    T* tp[NU];
+    {
+      std::size_t k = 0;
+      for_each_element(mu.uses_, [&](auto const& u) {
+        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
+        tp[k] = data[k] ? data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, o))
+                        : nullptr;
+        ++k;
+      });
+    }
+    auto in = sw.template outer<TI>(ev::map_value(tmap, o));
+    auto vin = v0ev.template outer<I>(o);
+    index_t i = i0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if (unit) {
+      constexpr int W = simd::width<T>;
+      using X = simd::pack<T, W>;
+      for (; i + W <= i1; i += W) {
+        auto f = in.template fwd<X>(i);
+        X a = ev::pack_as<T, W>(vin, i);
+        X out[NU] = {};
+        in.bwd(f, a, out);
+        for (std::size_t k = 0; k < NU; ++k) {
+          if (!tp[k]) continue;
+          X x = P::negative[k] ? X(-out[k]) : out[k];
+          simd::store<T, W>(tp[k] + i, simd::load<T, W>(tp[k] + i) + x);
+        }
+      }
+    }
+#endif
+    for (; i < i1; ++i) {
+      index_t const ti = index_t(std::size_t(i) * std::size_t(tscale));
+      auto f = in.template fwd<T>(ti);
+      T a = T(vin.elem(i));
+      T out[NU] = {};
+      in.bwd(f, a, out);
+      for (std::size_t k = 0; k < NU; ++k) {
+        if (!tp[k]) continue;
+        T x = P::negative[k] ? T(-out[k]) : out[k];
+        tp[k][i * tstride[k]] += x;
+      }
+    }
+  };
+  bool const parallel = n_outer * n_in >= 2 * parallel_min_elements && pool().size() > 1;
+  if (parallel && n_outer == 1) {
+    // one outer coordinate (a vector domain): split the inner axis, at whole cache lines
+    coord<RD> const o{};
+    parallel_ranges(n_in, [&](index_t a, index_t b) { body(o, a, b); });
+    return;
+  }
+  if (!parallel || n_outer < 2) {
+    coord<RD> o{};
+    do body(o, 0, n_in);
+    while (detail::next_coord(o, ext, O));
+    return;
+  }
+  parallel_ranges(
+      n_outer,
+      [&](index_t a, index_t b) {
+        coord<RD> o = detail::nth_coord(ext, O, a);
+        for (index_t k = a; k < b; ++k) {
+          body(o, 0, n_in);
+          detail::next_coord(o, ext, O);
+        }
+      },
+      std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
 }
 
 }  // namespace gradix::host
