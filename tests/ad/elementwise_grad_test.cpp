@@ -4,6 +4,7 @@
 #include "ad/numgrad.hpp"
 #include "testing.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -46,6 +47,19 @@ TEST_CASE_TEMPLATE("elementwise: unary functions match central differences", C, 
   SUBCASE("sigmoid") {
     CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sigmoid(p)); }, x);
   }
+  SUBCASE("expm1") {
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::expm1(p)); }, x);
+  }
+  SUBCASE("log1p") {
+    auto y = C::make(17, -0.7, 2.0);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log1p(p)); }, y);
+  }
+  SUBCASE("sin") {
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sin(p * 3.0)); }, x);
+  }
+  SUBCASE("cos") {
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::cos(p * 3.0)); }, x);
+  }
   SUBCASE("relu") {
     CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::relu(p)); }, x);
   }
@@ -82,6 +96,57 @@ TEST_CASE("elementwise: cast<float> passes the gradient through (float tolerance
   o.rtol = 1e-4;
   o.atol = 1e-5;
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::cast<float>(p)); }, x, o);
+}
+
+TEST_CASE("elementwise: float functions (gradix's own polynomials) match central differences") {
+  // float parameters and float arithmetic: values and derivatives come from core/vmath.hpp.
+  // The step is large (the function rounds to float), the tolerance float-sized.
+  auto x = gx::param(gx::uniform<float>(gx::dims(7, 5), 51, -3.0f, 3.0f));
+  auto xp = gx::param(gx::uniform<float>(gx::dims(7, 5), 52, 0.2f, 3.0f));
+  auto w = gx::uniform<float>(gx::dims(7, 5), 53, -1.0f, 1.0f);
+  gx::testing::numgrad_options o;
+  o.h_rel = 1e-2;
+  o.rtol = 2e-3;
+  o.atol = 1e-3;
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::exp(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log(p)); }, xp, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::tanh(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sigmoid(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::expm1(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log1p(p)); }, xp, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sin(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::cos(p)); }, x, o);
+}
+
+TEST_CASE("elementwise: a float gradient has the same bits in a full pack and in a loop tail") {
+  // d sum(f(x)) / dx = 1 * f'(x): backward writes op::<f>::d_arg(x, f(x)) itself at every
+  // element, whether the element falls in a whole SIMD pack or in the tail (rows of 37).
+  auto x = gx::param(gx::uniform<float>(gx::dims(3, 37), 54, -8.0f, 8.0f));
+  auto xp = gx::param(gx::uniform<float>(gx::dims(3, 37), 55, 0.01f, 8.0f));
+  auto check = [](auto& p, auto e, auto op) {
+    using Op = decltype(op);
+    auto g = gx::grad(gx::sum(e), p).to_dense();
+    long bad = 0, first = -1;
+    for (gx::index_t k = 0; k < g.size(); ++k) {
+      float v = p.value().data()[k];
+      float want = Op::d_arg(v, Op::value(v));
+      if (std::bit_cast<std::uint32_t>(g.data()[k]) != std::bit_cast<std::uint32_t>(want)) {
+        if (first < 0) first = long(k);
+        ++bad;
+      }
+    }
+    CAPTURE(Op::name);
+    CAPTURE(first);
+    CHECK(bad == 0);
+  };
+  check(x, gx::exp(x), gx::op::exp{});
+  check(xp, gx::log(xp), gx::op::log{});
+  check(x, gx::tanh(x), gx::op::tanh{});
+  check(x, gx::sigmoid(x), gx::op::sigmoid{});
+  check(x, gx::expm1(x), gx::op::expm1{});
+  check(xp, gx::log1p(xp), gx::op::log1p{});
+  check(x, gx::sin(x), gx::op::sin{});
+  check(x, gx::cos(x), gx::op::cos{});
 }
 
 TEST_CASE_TEMPLATE("elementwise: operators between a parameter and a tensor, either side", C,

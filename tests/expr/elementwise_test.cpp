@@ -1,6 +1,8 @@
 #include "testing.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 namespace gx = gradix;
 using gx::dyn;
@@ -107,4 +109,80 @@ TEST_CASE("elementwise: large tensors take the parallel path with the same resul
   gx::set_num_threads(gx::host::default_num_threads());
   CHECK_ALL_CLOSE(a, b, 0.0, 0.0);
   CHECK(a(999, 512) == doctest::Approx(std::tanh(x(999, 512)) * x(999, 512) + std::exp(-x(999, 512))));
+}
+
+TEST_CASE("elementwise: new functions match the scalar formula (double and float)") {
+  auto x = gx::uniform<double>(gx::dims(4, gx::fix<3>), 5, -0.9, 3.0);
+  auto r1 = gx::eval(gx::expm1(x)), r2 = gx::eval(gx::log1p(x)), r3 = gx::eval(gx::sin(x * 7.0)),
+       r4 = gx::eval(gx::cos(x * 7.0));
+  auto xf = gx::eval(gx::cast<float>(x));
+  auto f1 = gx::eval(gx::expm1(xf)), f2 = gx::eval(gx::log1p(xf)), f3 = gx::eval(gx::sin(xf * 7.0f)),
+       f4 = gx::eval(gx::cos(xf * 7.0f));
+  static_assert(std::is_same_v<decltype(f3)::value_type, float>);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double a = x(i, j), af = xf(i, j);
+      CHECK(r1(i, j) == doctest::Approx(std::expm1(a)).epsilon(1e-12));
+      CHECK(r2(i, j) == doctest::Approx(std::log1p(a)).epsilon(1e-12));
+      CHECK(r3(i, j) == doctest::Approx(std::sin(a * 7.0)).epsilon(1e-12));
+      CHECK(r4(i, j) == doctest::Approx(std::cos(a * 7.0)).epsilon(1e-12));
+      // float: gradix's own polynomials (core/vmath.hpp), within their stated ulp bounds
+      CHECK(f1(i, j) == doctest::Approx(std::expm1(af)).epsilon(2e-7));
+      CHECK(f2(i, j) == doctest::Approx(std::log1p(af)).epsilon(2e-7));
+      double s7 = double(float(af * 7.0));  // the float product the expression computes
+      CHECK(f3(i, j) == doctest::Approx(std::sin(s7)).epsilon(2e-7).scale(1e-7));
+      CHECK(f4(i, j) == doctest::Approx(std::cos(s7)).epsilon(2e-7).scale(1e-7));
+    }
+  // small arguments keep their digits: expm1(x) / x and log1p(x) / x tend to 1
+  gx::tensor<float, shape<3>> tiny{1e-10f, -3e-8f, 2e-30f};
+  auto e = gx::eval(gx::expm1(tiny)), l = gx::eval(gx::log1p(tiny));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(e(i) == tiny(i));
+    CHECK(l(i) == tiny(i));
+  }
+}
+
+namespace {
+std::uint32_t float_bits(float v) { return std::bit_cast<std::uint32_t>(v); }
+}  // namespace
+
+TEST_CASE("elementwise: a float function gives the same bits in a full pack and in a loop tail") {
+  // gradix's float functions (core/vmath.hpp) run one polynomial on every path: an element
+  // evaluated in a whole SIMD pack, in the scalar loop tail, or by op::<f>::value on a scalar
+  // gets the same bits. 1,003 elements and rows of 37: neither is a multiple of a pack width,
+  // so each run ends in a tail. Arguments cover every branch (small and large |x|, both signs).
+  auto x = gx::uniform<float>(gx::dims(1003), 41, -12.0f, 12.0f);
+  auto pos = gx::uniform<float>(gx::dims(1003), 42, 0.0f, 40.0f);  // log's domain
+  auto m = gx::uniform<float>(gx::dims(5, 37), 43, -30.0f, 30.0f);
+  auto mpos = gx::uniform<float>(gx::dims(5, 37), 44, -0.99f, 30.0f);  // log1p's domain
+  auto mc = gx::uniform<float, gx::col_major>(gx::dims(37, 5), 45, -30.0f, 30.0f);
+  auto mcpos = gx::eval(gx::abs(mc));
+  auto same_bits = [](auto const& out, auto const& in, auto op) {
+    using Op = decltype(op);
+    long bad = 0, first = -1;
+    for (gx::index_t k = 0; k < in.size(); ++k) {
+      float want = Op::value(in.data()[k]);
+      float got = out.data()[k];
+      if (float_bits(got) != float_bits(want) && !(want != want && got != got)) {
+        if (first < 0) first = long(k);
+        ++bad;
+      }
+    }
+    CAPTURE(Op::name);
+    CAPTURE(first);
+    CHECK(bad == 0);
+  };
+  auto all = [&](auto const& a, auto const& p) {
+    same_bits(gx::eval(gx::exp(a)), a, gx::op::exp{});
+    same_bits(gx::eval(gx::log(p)), p, gx::op::log{});
+    same_bits(gx::eval(gx::tanh(a)), a, gx::op::tanh{});
+    same_bits(gx::eval(gx::sigmoid(a)), a, gx::op::sigmoid{});
+    same_bits(gx::eval(gx::expm1(a)), a, gx::op::expm1{});
+    same_bits(gx::eval(gx::log1p(p)), p, gx::op::log1p{});
+    same_bits(gx::eval(gx::sin(a)), a, gx::op::sin{});
+    same_bits(gx::eval(gx::cos(a)), a, gx::op::cos{});
+  };
+  SUBCASE("1,003 elements") { all(x, pos); }
+  SUBCASE("5 x 37, row-major") { all(m, mpos); }
+  SUBCASE("37 x 5, column-major") { all(mc, mcpos); }
 }

@@ -61,6 +61,7 @@ GRADIX_HOST_DEVICE constexpr double cexp(double x) {
 }
 
 GRADIX_HOST_DEVICE constexpr double cexpm1(double x) {
+  if (x == 0) return x;  // keeps the sign of -0
   if (x > -0.75 && x < 0.75) return expm1_small(x);
   return cexp(x) - 1.0;
 }
@@ -116,6 +117,53 @@ GRADIX_HOST_DEVICE constexpr double ctanh(double x) {
   return x < 0 ? -r : r;
 }
 
+/// log(1 + x): 2 atanh(x / (2 + x)) by its series near 0 (|s| <= 1/7), else log(1 + x).
+GRADIX_HOST_DEVICE constexpr double clog1p(double x) {
+  if (cisnan(x) || x < -1) return std::numeric_limits<double>::quiet_NaN();
+  if (x == -1) return -std::numeric_limits<double>::infinity();
+  if (x == std::numeric_limits<double>::infinity()) return x;
+  if (x == 0) return x;  // keeps the sign of -0
+  if (x < -0.25 || x > 0.25) return clog(1.0 + x);
+  double s = x / (2.0 + x), s2 = s * s, term = s, sum = 0.0;
+  for (int n = 1; n < 40; n += 2) {
+    sum += term / n;
+    term *= s2;
+  }
+  return 2.0 * sum;
+}
+
+/// sin x (cosine = false) or cos x: x = n pi/2 + r by Cody-Waite in three parts (fdlibm's
+/// 33-bit pieces of pi/2; a few ulp for |x| < 2^20 pi/2, less accurate beyond), then Taylor
+/// series on |r| <= pi/4. NaN for an infinite or NaN argument and for |x| >= 2^52.
+GRADIX_HOST_DEVICE constexpr double csincos(double x, bool cosine) {
+  if (!cisfinite(x) || x >= 4503599627370496.0 || x <= -4503599627370496.0)
+    return std::numeric_limits<double>::quiet_NaN();
+  if (x == 0) return cosine ? 1.0 : x;
+  double kd = x * 6.36619772367581382433e-01;
+  double nd = double(std::int64_t(kd < 0 ? kd - 0.5 : kd + 0.5));
+  double r = ((x - nd * 1.57079632673412561417e+00) - nd * 6.07710050650619224932e-11) -
+             nd * 2.02226624871116645580e-21;
+  int q = int(std::int64_t(nd) & 3) + (cosine ? 1 : 0);
+  double r2 = r * r;
+  double sum = 0.0;
+  if (q & 1) {  // cos r
+    double term = 1.0;
+    for (int n = 0; n < 12; ++n) {
+      sum += term;
+      term *= -r2 / ((2 * n + 1) * (2 * n + 2));
+    }
+  } else {  // sin r
+    double term = r;
+    for (int n = 0; n < 12; ++n) {
+      sum += term;
+      term *= -r2 / ((2 * n + 2) * (2 * n + 3));
+    }
+  }
+  return (q & 2) ? -sum : sum;
+}
+GRADIX_HOST_DEVICE constexpr double csin(double x) { return csincos(x, false); }
+GRADIX_HOST_DEVICE constexpr double ccos(double x) { return csincos(x, true); }
+
 /// cos(2 pi u) for u in [0, 1): exact quarter-turn reduction, then Taylor series.
 GRADIX_HOST_DEVICE constexpr double ccos_turns(double u) {
   constexpr double two_pi = 6.283185307179586476925286766559;
@@ -164,11 +212,19 @@ GRADIX_MATH_UNARY(exp, cexp, ::exp)
 GRADIX_MATH_UNARY(log, clog, ::log)
 GRADIX_MATH_UNARY(sqrt, csqrt, ::sqrt)
 GRADIX_MATH_UNARY(tanh, ctanh, ::tanh)
+GRADIX_MATH_UNARY(expm1, cexpm1, ::expm1)
+GRADIX_MATH_UNARY(log1p, clog1p, ::log1p)
+GRADIX_MATH_UNARY(sin, csin, ::sin)
+GRADIX_MATH_UNARY(cos, ccos, ::cos)
 #else
 GRADIX_MATH_UNARY(exp, cexp, std::exp)
 GRADIX_MATH_UNARY(log, clog, std::log)
 GRADIX_MATH_UNARY(sqrt, csqrt, std::sqrt)
 GRADIX_MATH_UNARY(tanh, ctanh, std::tanh)
+GRADIX_MATH_UNARY(expm1, cexpm1, std::expm1)
+GRADIX_MATH_UNARY(log1p, clog1p, std::log1p)
+GRADIX_MATH_UNARY(sin, csin, std::sin)
+GRADIX_MATH_UNARY(cos, ccos, std::cos)
 #endif
 #undef GRADIX_MATH_UNARY
 

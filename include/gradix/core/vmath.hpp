@@ -120,7 +120,8 @@ template <class X>
 GRADIX_VMATH_FN X exp_impl(X x) {
   using namespace detail;
   // clamp so the reduction below stays in range; out-of-range lanes are fixed at the end
-  X xc = sel(x > c<X>(88.7228394f), c<X>(88.7228394f), x);
+  // (above: 0, whose result is discarded, so that constant evaluation never overflows)
+  X xc = sel(x > c<X>(88.7228394f), c<X>(0.f), x);
   xc = sel(xc < c<X>(-103.972084f), c<X>(-103.972084f), xc);
   xc = sel(x != x, c<X>(0.f), xc);
   // n = round(x / ln 2) (the 1.5 * 2^23 shift rounds to nearest on every path)
@@ -230,7 +231,7 @@ GRADIX_VMATH_FN X expm1_impl(X x) {
   using namespace detail;
   // the reduction and polynomial of exp: x = n ln 2 + r, e^r - 1 = r + r^2 p(r). Below -20
   // the result rounds to -1; the clamp keeps 2^n a normal float.
-  X xc = sel(x > c<X>(88.7228394f), c<X>(88.7228394f), x);
+  X xc = sel(x > c<X>(88.7228394f), c<X>(0.f), x);  // inf: set at the end
   xc = sel(xc < c<X>(-20.f), c<X>(-20.f), xc);
   xc = sel(x != x, c<X>(0.f), xc);
   X t = xc * c<X>(1.44269504088896341f) + c<X>(12582912.f);
@@ -247,12 +248,13 @@ GRADIX_VMATH_FN X expm1_impl(X x) {
   X pr2 = p * (r * r);
   // e^x - 1 = (2^n - 1) + 2^n r + 2^n r^2 p(r): 2^n - 1 (exact for n <= 24) and 2^n r are
   // added first, so that the small term's rounding is not scaled up. n = 128 (x above
-  // 88.38) has no float 2^n: (1 + r + r^2 p) 2^64 2^64 there, as exp does.
+  // 88.38) has no float 2^n: (1 + r + r^2 p) 2^(n/2) 2^(n - n/2) there, as exp does.
   using I = decltype(n);
   auto top = n > ibroadcast<X, I>(127);
   X s = pow2<X>(isel(top, ibroadcast<X, I>(127), n));
   X y = ((s - c<X>(1.f)) + s * r) + s * pr2;
-  X big = (pr2 + r + c<X>(1.f)) * pow2<X>(ibroadcast<X, I>(64)) * pow2<X>(ibroadcast<X, I>(64));
+  auto n1 = n >> 1;
+  X big = (pr2 + r + c<X>(1.f)) * pow2<X>(n1) * pow2<X>(n - n1);
   y = sel(top, big, y);
   y = sel(x > c<X>(88.7228394f), c<X>(__builtin_huge_valf()), y);
   y = sel(x == c<X>(0.f), x, y);  // keeps the sign of -0
@@ -266,9 +268,11 @@ GRADIX_VMATH_FN X log1p_impl(X x) {
   using namespace detail;
   // log(u) for u = 1 + x as log does, plus (x - (u - 1)) / u: the rounding error of 1 + x
   // (exact below 2^24, negligible above), to first order.
-  X u = x + c<X>(1.f);
-  X cu = x - (u - c<X>(1.f));
-  u = sel(x != x, c<X>(1.f), u);
+  // arguments outside (-1, inf) (and NaN) compute log1p(0); their results are set below
+  X xs = sel(x > c<X>(-1.f), x, c<X>(0.f));
+  xs = sel(xs < c<X>(__builtin_huge_valf()), xs, c<X>(0.f));
+  X u = xs + c<X>(1.f);
+  X cu = xs - (u - c<X>(1.f));
   auto bits = to_bits(u);
   using I = decltype(bits);
   // u = m 2^e with m in [0.5, 1); u >= 2^-24 unless it is 0 (x = -1) or x < -1

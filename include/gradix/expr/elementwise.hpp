@@ -253,6 +253,34 @@ constexpr auto sigmoid(X&& x) {
   else return scalar_node<float>{};
 }
 template <detail::non_scalar X>
+constexpr auto expm1(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::expm1: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::expm1>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto log1p(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::log1p: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::log1p>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto sin(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::sin: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::sin>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto cos(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::cos: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::cos>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
 constexpr auto relu(X&& x) {
   constexpr bool ok = operand<X>;
   static_assert(ok, "gradix::relu: the operand is not a gradix expression, tensor or parameter");

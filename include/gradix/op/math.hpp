@@ -66,6 +66,64 @@ struct sigmoid {
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y * (simd::constant<T>(1) - y); }
 };
+/// y = exp(x) - 1, accurate near 0;  dy/dx = exp(x) (recomputed: y + 1 loses the digits of
+/// a small e^x for x << 0)
+struct expm1 {
+  static constexpr char const* name = "expm1";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(expm1, math::expm1(v));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    GRADIX_VMATH_OR_LANEWISE(exp, math::exp(v));
+  }
+};
+/// y = log(1 + x), accurate near 0;  dy/dx = 1 / (1 + x)
+struct log1p {
+  static constexpr char const* name = "log1p";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(log1p, math::log1p(v));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    return simd::constant<T>(1) / (simd::constant<T>(1) + x);
+  }
+};
+/// y = sin(x);  dy/dx = cos(x). Float: NaN for |x| >= 2^25 (core/vmath.hpp).
+struct sin {
+  static constexpr char const* name = "sin";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(sin, math::sin(v));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    GRADIX_VMATH_OR_LANEWISE(cos, math::cos(v));
+  }
+};
+/// y = cos(x);  dy/dx = -sin(x). Float: NaN for |x| >= 2^25 (core/vmath.hpp).
+struct cos {
+  static constexpr char const* name = "cos";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    GRADIX_VMATH_OR_LANEWISE(cos, math::cos(v));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    if constexpr (vmath::detail::is_float_like<T>) return -vmath::sin(x);
+    else return GRADIX_LANEWISE(-math::sin(v));
+  }
+};
 /// y = max(x, 0);  dy/dx = 1 if x > 0 else 0 (relu'(0) = 0)
 struct relu {
   static constexpr char const* name = "relu";
