@@ -45,6 +45,16 @@ constexpr auto r_float = gx::gradcheck([](auto const& a, auto const& b) {
   return gx::sum(gx::exp(a * b * 0.25f) * b);
 }, xf, gx::tensor<float, shape<6>>{0.5f, -1.0f, 2.0f, -0.25f, 1.5f, 0.75f});
 GRADIX_STATIC_GRADCHECK(r_float);
+// expm1, log1p, sin, cos: in double (core/math.hpp's constant-evaluation functions) and in
+// float (core/vmath.hpp's polynomials, the same code as at run time)
+constexpr auto r_trig = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::sin(a * 2.0) * gx::cos(a) + gx::expm1(a * 0.5) + gx::log1p(a - 0.3));
+}, x);
+GRADIX_STATIC_GRADCHECK(r_trig);
+constexpr auto r_trig_float = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::sin(a * 2.0f) * gx::cos(a) + gx::expm1(a * 0.5f) + gx::log1p(a - 0.3f));
+}, xf);
+GRADIX_STATIC_GRADCHECK(r_trig_float);
 
 // Broadcasting: a row vector against the matrix, a keep_dims mean against it.
 constexpr auto r_broadcast = gx::gradcheck([](auto const& a, auto const& b) {

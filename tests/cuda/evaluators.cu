@@ -89,7 +89,8 @@ struct unary_chain {
   template <class L>
   auto operator()(L const& l) const {
     return gx::exp(l.x * 0.25f) + gx::log(l.x) + gx::tanh(l.xc) + gx::sigmoid(-l.x) +
-           gx::relu(l.x - 1.5f) + gx::sqrt(l.xs) + gx::square(l.x) + gx::abs(1.0f - l.xc);
+           gx::relu(l.x - 1.5f) + gx::sqrt(l.xs) + gx::square(l.x) + gx::abs(1.0f - l.xc) +
+           gx::expm1(l.x * 0.25f) + gx::log1p(l.xc) + gx::sin(l.x * 3.0f) + gx::cos(l.xs);
   }
 };
 /// Every binary operation, broadcasting over a static-1 axis and a missing leading axis.
@@ -106,8 +107,8 @@ struct mixed_types {
   static constexpr char const* name = "mixed element types and casts";
   template <class L>
   auto operator()(L const& l) const {
-    return gx::cast<float>(l.d * l.x + l.k) - gx::cast<float>(gx::abs(l.k)) * l.b +
-           gx::square(l.k) * 0.5;
+    return gx::cast<float>(l.d * l.x + l.k + gx::sin(l.d) * gx::cos(l.d)) -
+           gx::cast<float>(gx::abs(l.k)) * l.b + gx::square(l.k) * 0.5;
   }
 };
 /// A reduction over the static axis, inside an elementwise expression (rank-1 result).
