@@ -95,7 +95,7 @@ TEST_CASE("vmath: error bounds over the whole float range, the same bits in pack
   };
   float const trig_limit = 33554432.f;  // 2^25: sin and cos are NaN beyond
   row rows[] = {
-      {"exp", sweep([](auto x) { return vm::exp(x); }, [](double x) { return std::exp(x); }), 1.01},
+      {"exp", sweep([](auto x) { return vm::exp(x); }, [](double x) { return std::exp(x); }), 1.02},
       {"log", sweep([](auto x) { return vm::log(x); }, [](double x) { return std::log(x); }), 1.0},
       {"tanh", sweep([](auto x) { return vm::tanh(x); }, [](double x) { return std::tanh(x); }), 2.0},
       {"sigmoid", sweep([](auto x) { return vm::sigmoid(x); }, sigmoid_ref), 2.5},
@@ -206,7 +206,7 @@ constexpr float args[] = {-20.f, -3.f, -0.7f, -1e-3f, 1e-4f, 0.3f, 1.f, 5.f, 40.
 TEST_CASE("vmath: constant evaluation agrees with run time within the bound") {
   constexpr float e1 = vm::exp(1.f), l3 = vm::log(3.f), t2 = vm::tanh(2.f), s1 = vm::sigmoid(-1.f);
   volatile float one = 1.f, three = 3.f, two = 2.f;
-  CHECK(ulp_error(e1, std::exp(double(one))) <= 1.01);
+  CHECK(ulp_error(e1, std::exp(double(one))) <= 1.02);
   CHECK(std::fabs(e1 - vm::exp(float(one))) <= 1e-6f * e1);
   CHECK(std::fabs(l3 - vm::log(float(three))) <= 1e-6f * l3);
   CHECK(std::fabs(t2 - vm::tanh(float(two))) <= 1e-6f);
