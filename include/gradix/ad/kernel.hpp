@@ -199,17 +199,52 @@ inline constexpr bool region_member_v = [] {
   }
 }();
 
-/// Uses U... of one region (each a region_member_v of it, with the same domain and v0 type)
-/// run as one kernel: one loop nest over the shared domain; per element one reverse sweep of
-/// the region gives every use's adjoint (eval/sweep.hpp), added to each target in order.
-template <class... U>
+/// A use inside a multi_use: its domain, map and target; its value (a path derivative of the
+/// region, V) is computed by the multi_use's sweep, so only its type is kept.
+template <class D, class V, class M, class G>
+struct member_use {
+  using domain_type = D;
+  using value_expr = V;
+  using map_type = M;
+  using storage_type = G;
+  D dom_;
+  M map_;
+  G* target_;
+};
+/// No v0 factor (the region's adjoint at its top is the seed 1).
+struct no_v0 {};
+
+/// Uses U... (member_use) of one region, Top entered with map TMap and adjoint v0 (V0, or
+/// no_v0), run as one kernel: one loop nest over the shared domain; per element one reverse
+/// sweep of the region gives every use's adjoint (eval/sweep.hpp), added to each target in
+/// order. The region is held once, not once per use.
+template <class Top, class TMap, class V0, class... U>
 struct multi_use {
+  using top_type = Top;
+  using tmap_type = TMap;
+  using v0_type = V0;
+  Top top_;
+  TMap tmap_;
+  V0 v0_;
   tuple<U...> uses_;
 };
 template <class U>
 struct is_multi : std::false_type {};
-template <class... U>
-struct is_multi<multi_use<U...>> : std::true_type {};
+template <class Top, class TMap, class V0, class... U>
+struct is_multi<multi_use<Top, TMap, V0, U...>> : std::true_type {};
+
+/// The at_map_node<path_deriv_node<Top, P>, M, D> of a region value (region_value), and its v0.
+template <class V>
+constexpr auto const& region_at_map(V const& v) {
+  if constexpr (requires { v.arg_; }) return region_at_map(v.arg_);  // neg
+  else if constexpr (requires { v.rhs_; }) return v.rhs_;            // v0 * ...
+  else return v;
+}
+template <class V>
+constexpr auto const& region_v0(V const& v) {
+  if constexpr (requires { v.arg_; }) return region_v0(v.arg_);
+  else return v.lhs_;
+}
 
 // ---------------------------------------------------------------------------------------
 // Work per domain element (types only): how many evaluator nodes a kernel's value

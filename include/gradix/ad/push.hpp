@@ -95,13 +95,20 @@ struct take_path<path<S...>, K> {
 template <class V0, class Top, class Path, class MTop>
 struct pending {
   V0 v0_;
-  Top top_;
+  Top const* top_;  // the region's top node, in the expression being planned (copied at settle)
   MTop mtop_;
 };
 template <class V>
 struct is_pending : std::false_type {};
 template <class V0, class Top, class Path, class MTop>
 struct is_pending<pending<V0, Top, Path, MTop>> : std::true_type {};
+template <class V>
+struct pending_traits;
+template <class V0, class Top, class Path, class MTop>
+struct pending_traits<pending<V0, Top, Path, MTop>> {
+  using top = Top;
+  using mtop = MTop;
+};
 
 /// The path one step further (operand Side of the current node).
 template <std::size_t Side, class V0, class Top, std::size_t... S, class MTop>
@@ -115,13 +122,6 @@ template <class D, class V, class M, class G>
 struct is_plain_use<use<D, V, M, G>> : std::true_type {};
 
 namespace detail {
-template <class E, class Top, class M>
-inline constexpr bool member_of_v = [] {
-  if constexpr (is_plain_use<E>::value) return region_member_v<E, Top, M>;
-  else return false;
-}();
-template <class U>
-using v0_of_t = typename region_value<typename U::value_expr>::v0;
 constexpr tuple<> cat_all() { return {}; }
 template <class A, class... R>
 constexpr auto cat_all(A const& a, R const&... r) {
@@ -130,12 +130,24 @@ constexpr auto cat_all(A const& a, R const&... r) {
 }  // namespace detail
 
 namespace detail {
-/// Which elements of a plan tuple tuple<E...> are members of region Top's multi_use.
+/// Is plan element E a use of region Top (entered with map type M) that joins its multi_use:
+/// a plain use whose value is a path derivative of Top into a full target, or a multi_use of
+/// that region already?
+template <class E, class Top, class M>
+inline constexpr bool joins_region_v = [] {
+  if constexpr (is_plain_use<E>::value) return region_member_v<E, Top, M>;
+  else if constexpr (is_multi<E>::value) return std::is_same_v<typename E::top_type, Top> &&
+                                                std::is_same_v<typename E::tmap_type, M>;
+  else return false;
+}();
+
+/// Which elements of a plan tuple tuple<E...> join region Top's multi_use.
 template <class Top, class M, class... E>
 struct region_members {
   static constexpr std::size_t n = sizeof...(E);
-  static constexpr bool mem[n + 1] = {member_of_v<E, Top, M>..., false};
-  static constexpr std::size_t count = (std::size_t(member_of_v<E, Top, M>) + ... + 0);
+  static constexpr bool mem[n + 1] = {joins_region_v<E, Top, M>..., false};
+  static constexpr std::size_t count = (std::size_t(joins_region_v<E, Top, M>) + ... + 0);
+  static constexpr std::size_t plain = ((std::size_t(joins_region_v<E, Top, M> && is_plain_use<E>::value)) + ... + 0);
   static constexpr std::size_t first = [] {
     for (std::size_t j = 0; j < n; ++j)
       if (mem[j]) return j;
@@ -149,42 +161,73 @@ struct region_members {
     return a;
   }();
 };
+
+/// A joining element as a multi_use (a plain use becomes a one-member multi_use).
+template <class Top, class M, class E>
+constexpr auto as_multi(E const& e) {
+  if constexpr (is_multi<E>::value) {
+    return e;
+  } else {
+    using RV = region_value<typename E::value_expr>;
+    using V0 = std::conditional_t<RV::has_v0, typename RV::v0, no_v0>;
+    auto const& am = region_at_map(e.v_);
+    V0 v0 = [&] {
+      if constexpr (RV::has_v0) return region_v0(e.v_);
+      else return no_v0{};
+    }();
+    using MU = member_use<typename E::domain_type, typename E::value_expr, typename E::map_type,
+                          typename E::storage_type>;
+    return multi_use<Top, M, V0, MU>{am.sub_.top_, am.map_, v0, make_tuple(MU{e.dom_, e.map_, e.target_})};
+  }
+}
+/// Two multi_uses of one region as one (members in order).
+template <class Top, class M, class V0, class... A, class... B>
+constexpr auto merge_multi(multi_use<Top, M, V0, A...> const& a, multi_use<Top, M, V0, B...> const& b) {
+  return multi_use<Top, M, V0, A..., B...>{a.top_, a.tmap_, a.v0_, tuple_cat(a.uses_, b.uses_)};
+}
+template <class A>
+constexpr A const& merge_all(A const& a) {
+  return a;
+}
+template <class A, class B, class... R>
+constexpr auto merge_all(A const& a, B const& b, R const&... r) {
+  return merge_all(merge_multi(a, b), r...);
+}
+template <class Top, class M, class... E>
+inline constexpr bool same_v0_v = [] {
+  using RM = region_members<Top, M, E...>;
+  return []<std::size_t... Q>(std::index_sequence<Q...>) {
+    using F = decltype(as_multi<Top, M>(std::declval<std::tuple_element_t<RM::idx[0], std::tuple<E...>>>()));
+    return (std::is_same_v<typename decltype(as_multi<Top, M>(std::declval<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>>()))::v0_type,
+                           typename F::v0_type> && ...);
+  }(std::make_index_sequence<RM::count>{});
+}();
 }  // namespace detail
 
-/// Where a region starts (at node Top, entered with map type M): the uses its push produced
-/// that are plain path derivatives of Top into full targets (ad::region_member_v) run as one
-/// multi_use kernel, at the place of the first of them, when there are two or more (with one
-/// domain and one v0 type, as uses from one pending adjoint have). The other plan elements
-/// keep their order.
+/// Where a region starts (at node Top, entered with map type M), and at each binary node
+/// inside it: the uses its push produced that are plain path derivatives of Top into full
+/// targets (ad::region_member_v), and multi_uses of Top made further down, become one
+/// multi_use kernel, at the place of the first of them (when there are two or more, or when
+/// one multi_use is among them). The other plan elements keep their order.
 template <class Top, class M, class... E>
 constexpr auto group_region(tuple<E...> const& r) {
   using RM = detail::region_members<Top, M, E...>;
-  if constexpr (RM::count < 2) {
+  if constexpr (RM::count == 0 || (RM::count == 1 && RM::plain == 1)) {
+    return r;
+  } else if constexpr (!detail::same_v0_v<Top, M, E...>) {
     return r;
   } else {
-    using U0 = std::remove_cvref_t<decltype(get<RM::first>(r))>;
-    constexpr bool same = []<std::size_t... Q>(std::index_sequence<Q...>) {
-      return ((std::is_same_v<typename std::tuple_element_t<RM::idx[Q], std::tuple<E...>>::domain_type,
-                              typename U0::domain_type> &&
-               std::is_same_v<detail::v0_of_t<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>>,
-                              detail::v0_of_t<U0>>) && ...);
+    auto group = [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+      return detail::merge_all(detail::as_multi<Top, M>(get<RM::idx[Q]>(r))...);
     }(std::make_index_sequence<RM::count>{});
-    if constexpr (!same) {
-      return r;
-    } else {
-      auto group = [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-        return multi_use<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>...>{
-            make_tuple(get<RM::idx[Q]>(r)...)};
-      }(std::make_index_sequence<RM::count>{});
-      return [&]<std::size_t... J>(std::index_sequence<J...>) {
-        auto piece = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-          if constexpr (K == RM::first) return make_tuple(group);
-          else if constexpr (RM::mem[K]) return tuple<>{};
-          else return make_tuple(get<K>(r));
-        };
-        return detail::cat_all(piece(std::integral_constant<std::size_t, J>{})...);
-      }(std::make_index_sequence<RM::n>{});
-    }
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      auto piece = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+        if constexpr (K == RM::first) return make_tuple(group);
+        else if constexpr (RM::mem[K]) return tuple<>{};
+        else return make_tuple(get<K>(r));
+      };
+      return detail::cat_all(piece(std::integral_constant<std::size_t, J>{})...);
+    }(std::make_index_sequence<RM::n>{});
   }
 }
 
@@ -212,7 +255,7 @@ constexpr auto settle(V const& v, D const& dom) {
       }();
       static_assert(keep > 0, "gradix internal: a pending region starts at a non-constant partial");
       using P2 = typename detail::take_path<P, keep>::type;
-      auto f = mul_v(p.v0_, at_map_node<path_deriv_node<Top, P2>, MTop, D>{{p.top_}, p.mtop_, dom});
+      auto f = mul_v(p.v0_, at_map_node<path_deriv_node<Top, P2>, MTop, D>{{*p.top_}, p.mtop_, dom});
       if constexpr (negative) return neg_v(f);
       else return f;
     }(v);
@@ -279,7 +322,7 @@ constexpr auto push(unary_node<Op, A> const& n, D const& dom, V const& v, M cons
   } else if constexpr (partial_of_v<N, 0> == partial_kind::plus_one) {  // cast
     return push(n.arg_, dom, v, m);
   } else {  // a region starts here
-    return group_region<N, M>(push(n.arg_, dom, pending<V, N, path<0>, M>{v, n, m}, m));
+    return group_region<N, M>(push(n.arg_, dom, pending<V, N, path<0>, M>{v, &n, m}, m));
   }
 }
 
@@ -307,21 +350,36 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
       return push(child, dom,
                   mul_v(v, at_map_node<O, std::remove_cvref_t<decltype(mo)>, D>{other, mo, dom}), mc);
     else
-      return push(child, dom, pending<V, N, path<Side>, M>{v, n, m}, mc);
+      return push(child, dom, pending<V, N, path<Side>, M>{v, &n, m}, mc);
   };
   auto left = side.template operator()<0>(n.lhs_, ml, n.rhs_, mr);
   auto right = side.template operator()<1>(n.rhs_, mr, n.lhs_, ml);
   // does a region start here (on either side)?
   constexpr bool starts_region = !is_pending<V>::value && !std::is_same_v<Op, op::mul> &&
                                  (!constant_partial_v<N, 0> || !constant_partial_v<N, 1>);
-  if constexpr (starts_region) {
-    return group_region<N, M>(tuple_cat(left, right));
-  } else if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
-                decltype(right)::size == 1) {
+  // the two uses of a `+` that share a domain and value (the square loss): one fused nest
+  constexpr bool fuses = [] {
+    if constexpr (std::is_same_v<Op, op::add> && decltype(left)::size == 1 &&
+                  decltype(right)::size == 1) {
+      using UL = std::remove_cvref_t<decltype(get<0>(left))>;
+      using UR = std::remove_cvref_t<decltype(get<0>(right))>;
+      if constexpr (is_plain_use<UL>::value && is_plain_use<UR>::value) return fusable_v<UL, UR>;
+      else return false;
+    } else {
+      return false;
+    }
+  }();
+  if constexpr (fuses) {
     using UL = std::remove_cvref_t<decltype(get<0>(left))>;
     using UR = std::remove_cvref_t<decltype(get<0>(right))>;
-    if constexpr (fusable_v<UL, UR>) return make_tuple(fused_use<UL, UR>{get<0>(left), get<0>(right)});
-    else return tuple_cat(left, right);
+    return make_tuple(fused_use<UL, UR>{get<0>(left), get<0>(right)});
+  } else if constexpr (is_pending<V>::value) {
+    // inside a region: its uses so far join one multi_use here, so that the recursion
+    // holds one copy of the region per level, not one per use below
+    return group_region<typename pending_traits<V>::top, typename pending_traits<V>::mtop>(
+        tuple_cat(left, right));
+  } else if constexpr (starts_region) {
+    return group_region<N, M>(tuple_cat(left, right));
   } else {
     return tuple_cat(left, right);
   }

@@ -10,8 +10,8 @@
 /// allocates nothing; `workspace_bytes(e)` tells what a call on e needs. A call takes its
 /// buffers from the top of its thread's workspace and gives them back when it returns (a
 /// call made while another is running on the same thread, which gradix itself never does,
-/// gets buffers of its own). In constant evaluation every buffer is a separate allocation,
-/// freed when the call returns.
+/// gets buffers of its own). In constant evaluation every kind of buffer is a separate
+/// value-initialized array (new[]), freed when the call returns.
 
 #include "gradix/ad/plan.hpp"
 #include "gradix/ad/save.hpp"
@@ -80,11 +80,13 @@ class saved_space {
  public:
   constexpr explicit saved_space(saved_sizes const& z) : z_(z) {
     if (std::is_constant_evaluated()) {
+      // value-initialized arrays: constant evaluation (clang's, strictly) assigns only to
+      // objects whose lifetime has begun, which std::allocator::allocate does not start
       own_ = true;
-      if (z.nf) f_ = std::allocator<float>{}.allocate(z.nf);
-      if (z.nd) d_ = std::allocator<double>{}.allocate(z.nd);
-      if (z.nl) l_ = std::allocator<long double>{}.allocate(z.nl);
-      if (z.ni) i_ = std::allocator<index_t>{}.allocate(z.ni);
+      if (z.nf) f_ = new float[z.nf]{};
+      if (z.nd) d_ = new double[z.nd]{};
+      if (z.nl) l_ = new long double[z.nl]{};
+      if (z.ni) i_ = new index_t[z.ni]{};
       return;
     }
     take_from_workspace(z);
@@ -125,10 +127,10 @@ class saved_space {
   saved_space& operator=(saved_space const&) = delete;
   constexpr ~saved_space() {
     if (own_) {
-      if (f_) std::allocator<float>{}.deallocate(f_, z_.nf);
-      if (d_) std::allocator<double>{}.deallocate(d_, z_.nd);
-      if (l_) std::allocator<long double>{}.deallocate(l_, z_.nl);
-      if (i_) std::allocator<index_t>{}.deallocate(i_, z_.ni);
+      delete[] f_;
+      delete[] d_;
+      delete[] l_;
+      delete[] i_;
       return;
     }
     release();

@@ -568,46 +568,37 @@ void run(ad::fused_use<U1, U2> const& f) {
 // outer coordinates split freely over threads.
 
 namespace detail {
-template <class... U>
+template <class Top, class TMap, class V0, class... U>
 struct multi_parts {
   using U0 = std::tuple_element_t<0, std::tuple<U...>>;
-  using RV0 = ad::region_value<typename U0::value_expr>;
-  using Top = typename RV0::top;
-  using M = typename RV0::map;
+  using T = value_type_t<Top>;
   using PL = ad::path_list<typename ad::region_value<typename U::value_expr>::path_type...>;
   using sweep_type = ev::sweep<Top, PL>;
   static constexpr bool negative[sizeof...(U)] = {ad::region_value<typename U::value_expr>::negative...};
-  /// The at_map_node<path_deriv_node<Top, P>, M, D> of a use's value.
-  template <class V>
-  static constexpr auto const& at_map(V const& v) {
-    if constexpr (requires { v.arg_; }) return at_map(v.arg_);  // neg
-    else if constexpr (requires { v.rhs_; }) return v.rhs_;     // v0 * ...
-    else return v;
-  }
-  /// v0 of a use's value (its seed factor), when it has one.
-  template <class V>
-  static constexpr auto const& v0(V const& v) {
-    if constexpr (requires { v.arg_; }) return v0(v.arg_);
-    else return v.lhs_;
+  static constexpr bool has_v0 = !std::is_same_v<V0, ad::no_v0>;
+  using v0_expr = std::conditional_t<has_v0, V0, ad::one_node<T, typename U0::domain_type>>;
+  static constexpr v0_expr v0_of(ad::multi_use<Top, TMap, V0, U...> const& mu) {
+    if constexpr (has_v0) return mu.v0_;
+    else return v0_expr{get<0>(mu.uses_).dom_};
   }
 };
 }  // namespace detail
 
-template <class... U>
-constexpr void prepare(ad::multi_use<U...> const& mu) {
+template <class Top, class TMap, class V0, class... U>
+constexpr void prepare(ad::multi_use<Top, TMap, V0, U...> const& mu) {
   for_each_element(mu.uses_, [](auto const& u) { prepare(u); });
 }
-template <class... U>
-std::size_t scratch_bytes(ad::multi_use<U...> const&) {
+template <class Top, class TMap, class V0, class... U>
+std::size_t scratch_bytes(ad::multi_use<Top, TMap, V0, U...> const&) {
   return 0;
 }
 
 /// One element at a time over the whole domain (constant evaluation).
-template <class... U>
-constexpr void run_serial(ad::multi_use<U...> const& mu) {
-  using P = detail::multi_parts<U...>;
+template <class Top, class TMap, class V0, class... U>
+constexpr void run_serial(ad::multi_use<Top, TMap, V0, U...> const& mu) {
+  using P = detail::multi_parts<Top, TMap, V0, U...>;
   using U0 = typename P::U0;
-  using T = value_type_t<typename P::Top>;
+  using T = typename P::T;
   constexpr std::size_t RD = U0::domain_type::rank;
   constexpr std::size_t NU = sizeof...(U);
   constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
@@ -615,17 +606,14 @@ constexpr void run_serial(ad::multi_use<U...> const& mu) {
   auto ext = u0.dom_.extents();
   for (std::size_t j = 0; j < RD; ++j)
     if (ext[j] == 0) return;
-  auto const& am = P::at_map(u0.v_);
-  typename P::sweep_type const sw(am.sub_.top_);
+  typename P::sweep_type const sw(mu.top_);
+  ev::evaluator<typename P::v0_expr> const v0ev(P::v0_of(mu));
   coord<RD> d{};
   do {
-    auto c = ev::map_value(am.map_, d);
-    auto in = sw.template outer<ev::invariant_axis>(c);
+    auto in = sw.template outer<ev::invariant_axis>(ev::map_value(mu.tmap_, d));
     auto f = in.template fwd<T>(0);
-    T a = T(1);
-    if constexpr (P::RV0::has_v0) a = T(ev::evaluator<typename P::RV0::v0>(P::v0(u0.v_))(d));
     T out[NU] = {};
-    in.bwd(f, a, out);
+    in.bwd(f, T(v0ev(d)), out);
     std::size_t k = 0;
     for_each_element(mu.uses_, [&](auto const& u) {
       if (u.target_) {
@@ -639,12 +627,12 @@ constexpr void run_serial(ad::multi_use<U...> const& mu) {
   } while (detail::next_coord(d, ext, all_mask));
 }
 
-template <class... U>
-void run(ad::multi_use<U...> const& mu) {
-  using P = detail::multi_parts<U...>;
+template <class Top, class TMap, class V0, class... U>
+void run(ad::multi_use<Top, TMap, V0, U...> const& mu) {
+  using P = detail::multi_parts<Top, TMap, V0, U...>;
   using U0 = typename P::U0;
   using K = ad::kernel_traits<U0>;
-  using T = value_type_t<typename P::Top>;
+  using T = typename P::T;
   constexpr std::size_t RD = K::domain_rank;
   constexpr std::size_t NU = sizeof...(U);
   constexpr int I = K::inner_axis;
@@ -656,17 +644,12 @@ void run(ad::multi_use<U...> const& mu) {
   index_t const n_outer = sizes.n_outer, n_in = sizes.n_in;
 
   // the kernel's state, in locals: the gradient stores cannot alias it
-  auto const& am = P::at_map(u0.v_);
-  typename P::sweep_type const sw(am.sub_.top_);
-  auto const tmap = am.map_;  // domain -> the region top's coordinates
-  constexpr int TI = ad::dom_component<typename P::M, std::size_t(I)>::value;  // top's loop axis
+  typename P::sweep_type const sw(mu.top_);
+  auto const tmap = mu.tmap_;  // domain -> the region top's coordinates
+  constexpr int TI = ad::dom_component<TMap, std::size_t(I)>::value;  // top's loop axis
   static_assert(TI >= 0, "gradix internal: a multi_use whose top does not follow the inner axis");
   index_t const tscale = get<std::size_t(TI)>(tmap).scale_;
-  using V0 = std::conditional_t<P::RV0::has_v0, typename P::RV0::v0, ad::one_node<T, typename U0::domain_type>>;
-  ev::evaluator<V0> const v0ev = [&] {
-    if constexpr (P::RV0::has_v0) return ev::evaluator<V0>(P::v0(u0.v_));
-    else return ev::evaluator<V0>(V0{u0.dom_});
-  }();
+  ev::evaluator<typename P::v0_expr> const v0ev(P::v0_of(mu));
   T* data[NU];
   index_t tstride[NU];
   bool unit = tscale == 1;
