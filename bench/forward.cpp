@@ -313,9 +313,9 @@ int main(int argc, char** argv) {
   float const* pc = c.data();
   double const MiB64 = double(n) * sizeof(float);
 
-  std::printf("gradix forward benchmark: %s, n = %lld floats (%.0f MiB per array), 1 thread, "
+  std::printf("gradix forward benchmark: %s, %s, n = %lld floats (%.0f MiB per array), 1 thread, "
               "%d repeats, medians\n",
-              compiler_name().c_str(), (long long)n, MiB64 / (1 << 20), reps);
+              gx::simd::isa(), compiler_name().c_str(), (long long)n, MiB64 / (1 << 20), reps);
 
   double load_before = load_average();
 

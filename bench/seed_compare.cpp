@@ -219,5 +219,6 @@ int main(int argc, char** argv) {
     else return std::fprintf(stderr, "seed_compare: unknown option %s\n", s.c_str()), 2;
   }
   gx::set_num_threads(1);
+  std::printf("gradix seed_compare: %s\n", gx::simd::isa());
   return o.row ? run<gx::row_major>(o) : run<gx::col_major>(o);
 }
