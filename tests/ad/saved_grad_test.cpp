@@ -235,3 +235,18 @@ TEST_CASE("multi_use: the same bits with one thread and with several, serial and
   }
   CHECK(worst < 1e-5);
 }
+
+TEST_CASE("multi_use: parameters of different layouts in one region keep their own loop order") {
+  // a row-major and a column-major parameter read through one region: their contiguous axes
+  // are different domain axes, so they do not share a loop nest (found by the random suite:
+  // the column-major target was walked with the row-major one's stride)
+  auto a = gx::param(gx::uniform<double, gx::row_major>(gx::dims(4, 3), 421, 0.2, 1.0));
+  auto b = gx::param(gx::uniform<double, gx::col_major>(gx::dims(4, 3), 422, 0.2, 1.0));
+  auto c = gx::param(gx::uniform<double, gx::row_major>(gx::dims(4, 3), 423, 0.2, 1.0));
+  auto f = [&](auto const& x, auto const& y, auto const& z) { return gx::sum(gx::tanh(gx::square(x - y) + z * x)); };
+  using Plan = gx::backward_plan_t<decltype(f(a, b, c))>;
+  static_assert(Plan::size == 2, "a and c (row-major) together, b apart");
+  CHECK_NUMGRAD([&](auto& p) { return f(p, b, c); }, a);
+  CHECK_NUMGRAD([&](auto& p) { return f(a, p, c); }, b);
+  CHECK_NUMGRAD([&](auto& p) { return f(a, b, p); }, c);
+}

@@ -141,13 +141,48 @@ inline constexpr bool joins_region_v = [] {
   else return false;
 }();
 
-/// Which elements of a plan tuple tuple<E...> join region Top's multi_use.
+/// The domain axis a joining element's loop nest walks innermost (that of its target's
+/// contiguous axis; a multi_use: its first member's).
+template <class E>
+constexpr int inner_axis_of() {
+  if constexpr (is_multi<E>::value)
+    return kernel_traits<std::remove_cvref_t<decltype(get<0>(std::declval<E const&>().uses_))>>::inner_axis;
+  else if constexpr (is_plain_use<E>::value)
+    return kernel_traits<E>::inner_axis;
+  else
+    return -1;
+}
+template <class E, class Top, class M>
+constexpr int joining_axis() {
+  if constexpr (joins_region_v<E, Top, M>) return inner_axis_of<E>();
+  else return -2;
+}
+
+/// Which elements of a plan tuple tuple<E...> join region Top's multi_use: those that can,
+/// with the inner axis of the first of them (targets of another layout, whose contiguous
+/// axis is another domain axis, keep kernels of their own).
 template <class Top, class M, class... E>
 struct region_members {
   static constexpr std::size_t n = sizeof...(E);
-  static constexpr bool mem[n + 1] = {joins_region_v<E, Top, M>..., false};
-  static constexpr std::size_t count = (std::size_t(joins_region_v<E, Top, M>) + ... + 0);
-  static constexpr std::size_t plain = ((std::size_t(joins_region_v<E, Top, M> && is_plain_use<E>::value)) + ... + 0);
+  static constexpr int axis[n + 1] = {joining_axis<E, Top, M>()..., -2};
+  static constexpr int first_axis = [] {
+    for (std::size_t j = 0; j < n; ++j)
+      if (axis[j] != -2) return axis[j];
+    return -2;
+  }();
+  static constexpr bool mem[n + 1] = {(joining_axis<E, Top, M>() != -2 &&
+                                       joining_axis<E, Top, M>() == first_axis)..., false};
+  static constexpr std::size_t count = [] {
+    std::size_t c = 0;
+    for (std::size_t j = 0; j < n; ++j) c += mem[j] ? 1 : 0;
+    return c;
+  }();
+  static constexpr bool plain_flags[n + 1] = {is_plain_use<E>::value..., false};
+  static constexpr std::size_t plain = [] {
+    std::size_t c = 0;
+    for (std::size_t j = 0; j < n; ++j) c += mem[j] && plain_flags[j] ? 1 : 0;
+    return c;
+  }();
   static constexpr std::size_t first = [] {
     for (std::size_t j = 0; j < n; ++j)
       if (mem[j]) return j;
