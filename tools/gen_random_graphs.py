@@ -11,14 +11,14 @@ Graph i depends only on (seed, i), not on the count or the number of files, so
 What is random, and when
 ------------------------
 Graph structure and static shapes are types, so they are drawn here, at build time: the
-operations, their nesting (depth up to 6, with shared sub-expressions and parameters used
-more than once), every extent, which extents are static, leaf layouts, which leaves are
-parameters and their gradient storage (dense/sparse, along which axis), the number of
-indices of each index vector, ranges (start, stop, step), reduction axes, permutations,
-reshape targets. Everything else comes from the run-time seed (tests/random/ref.hpp: the
---random-seed=N flag or GRADIX_RANDOM_SEED, default 1): leaf values, the index values of
-index vectors (with at least one repeated index per vector of two or more, or all distinct
-for `unique`), and the positions of at(j) / select.
+operations, their nesting (depth up to 6, deeper in the special families below, with shared
+sub-expressions and parameters used more than once), every extent, which extents are static,
+leaf layouts, which leaves are parameters and their gradient storage (dense/sparse, along
+which axis), the number of indices of each index vector, ranges (start, stop, step),
+reduction axes, permutations, reshape targets. Everything else comes from the run-time
+seed (tests/random/ref.hpp: the --random-seed=N flag or GRADIX_RANDOM_SEED, default 1): leaf
+values, the index values of index vectors (with at least one repeated index per vector of
+two or more, or all distinct for `unique`), and the positions of at(j) / select.
 
 Operation families: elementwise unary (neg, exp, log, sqrt, tanh, sigmoid, relu, abs,
 square, pow with a scalar exponent, arithmetic and max/min with a scalar), binary (+ - * /
@@ -29,6 +29,23 @@ ranges and slices with positive and negative steps, at(j), select, several axes 
 through E(...) on leaves and gx::index(e, ...)), views (transpose/permute, unsqueeze,
 reshape, broadcast_to).
 
+Special families: a fifth of the graphs (SPECIAL_SHARE; which ones, and which family, is
+drawn from (seed, i) by a generator of its own, so the other graphs are exactly those of the
+regular generator) are built around one of these, with sub-graphs from the regular
+generator:
+- chain: a deep elementwise chain, 8 to 24 unary/binary nodes (tanh(w * h + b) with
+  parameters w, b of h's extents, tanh(h) * c + d, exp(h * 0.5 - 0.5) * 0.5, sigmoid, h * w,
+  h + b, skips to an earlier level, a broadcast bias), its parameters read at several levels
+  and some reused: one elementwise region, whose parameters share one multi_use kernel;
+- shared: one sub-expression object h read several times (h * h + tanh(h), a reduction of h
+  broadcast back), bare or as gx::saved(h), at one or two levels (the result read again with
+  h, maybe saved itself);
+- reduce: reductions read inside expressions (calls keep them in buffers): x - mean<A>(x,
+  keep_dims), x / sum<A>(x, keep_dims) for x > 0, softmax, logsumexp log(sum<A>(exp(x -
+  max<A>(x, keep_dims)), K)) + max<A>(x, K) (the max read twice or written twice, maybe
+  saved), a reduction or a logsumexp gathered through an index vector and read by an
+  elementwise node, and any of these under one more reduction.
+
 Staying inside the domains, away from the kinks
 -----------------------------------------------
 - Domains by interval arithmetic at build time: every node carries a sound interval
@@ -36,10 +53,13 @@ Staying inside the domains, away from the kinks
   domain asks its operand for one: log, sqrt and the divisor of `/` need values >= 0.2;
   pow needs a base in [0.2, 4] and an exponent in [-2, 2]; exp, square and both factors of
   `*` (and the dividend of `/`) need |values| <= 3 (this also bounds every value, so
-  gradients stay moderate). A leaf is drawn from an interval that satisfies the request; an
-  inner node that does not is wrapped in a guard, which is part of the graph (it counts in
-  the depth): e.g. log(sigmoid(x) + 0.5), sqrt(square(x) + 0.5), exp(tanh(x)), exp(x) for a
-  bounded x, tanh(x), x * 0.25.
+  gradients stay moderate). The patterns of the special families narrow the intervals
+  plain interval arithmetic gives by what they know: x - max(x) is in [lo - hi, 0], the sum
+  of its exp in [1, n], a logsumexp in [max, max + log(n)], x / sum(x) and a softmax in
+  (0, 1]. A leaf is drawn from an interval that satisfies the request; an inner node that
+  does not is wrapped in a guard, which is part of the graph (it counts in the depth): e.g.
+  log(sigmoid(x) + 0.5), sqrt(square(x) + 0.5), exp(tanh(x)), exp(x) for a bounded x,
+  tanh(x), x * 0.25.
 - Kinks at run time: the reference evaluator records, for every relu and abs, the smallest
   |argument|, for every binary max/min the smallest |a - b|, and for every max reduction the
   gap between the maximum and the next smaller element. If any is below 1e-3 the data are
@@ -64,12 +84,16 @@ generated statements).
 Rank-0 shapes are spelled gx::shape<>{}.
 
 Compile time is what limits the count: each graph instantiates gradix's eval and one
-backward pass for its own types, about 0.7-1 s of -O1 code generation per graph.
+backward pass for its own types, about 0.7-1 s of -O1 code generation per graph, and it
+grows with the size of the root's type (a sub-expression read twice counts twice): a chain
+graph costs about 2 s, a shared one about 1.5 s, a reduce one about 1.2 s (CHAIN_TREE,
+SHARED_TREE and SHARED_TREE_MAX keep them there).
 """
 
 import argparse
 import math
 import random
+import re
 
 MAX_RANK = 4
 MAX_SIZE = 64
@@ -106,6 +130,27 @@ BINARY = {  # name: (infix or function, ref enum, lhs domain, rhs domain)
 }
 INDEX_TYPES = ['int', 'int', 'long', 'std::int64_t', 'std::uint16_t', 'std::size_t',
                'std::uint8_t']
+
+
+# The special families: a share of the graphs, chosen from (seed, graph id) by a generator of
+# its own, so that the other graphs are the ones the regular generator always drew.
+SPECIAL_SHARE = 0.2
+FAMILIES = [('chain', 4), ('shared', 3), ('reduce', 4)]
+CHAIN_REUSE = 0.35  # a chain level reads one of the chain's parameters again
+# Compile time grows with the size of the root's type, where a sub-expression read twice counts
+# twice: a chain's skip to an earlier level and the second level of a shared graph are left out
+# when the type would grow beyond these (nodes); a shared graph's first level is drawn again
+# (up to 3 times) while larger than SHARED_TREE_MAX.
+CHAIN_TREE = 40
+SHARED_TREE = 14
+SHARED_TREE_MAX = 30
+
+
+def family_of(seed, gid):
+    r = random.Random('gen_random_graphs family %d %d' % (seed, gid))
+    if r.random() >= SPECIAL_SHARE:
+        return None
+    return r.choices([f for f, _ in FAMILIES], [w for _, w in FAMILIES])[0]
 
 
 def prod(xs):
@@ -181,6 +226,7 @@ class Node:
         self.height = height
         self.leaf = leaf      # leaf number, for leaves
         self.structural = False  # a reduce, index or view node
+        self.tree = 1         # nodes of its C++ type (shared sub-expressions counted per read)
 
     @property
     def extents(self):
@@ -226,6 +272,7 @@ class Graph:
         h = 1 + max([c.height for c in children], default=0)
         node = Node(nid, var, rv, shape, lo, hi, h)
         node.structural = not refexpr.startswith(('R.unary', 'R.binary'))
+        node.tree = 1 + sum(c.tree for c in children)
         self.nodes.append(node)
         self.ops += 1
         return node
@@ -731,8 +778,446 @@ class Graph:
                         'R.broadcast_to(@, %s, {%s})' % (x.ref, ', '.join(str(e) for e, _ in shape)),
                         shape, x.lo, x.hi, [x])
 
+    # ---- the special families (about SPECIAL_SHARE of the graphs; family_of)
+    def sub(self, req, d, dom=None, ops=3):
+        """A sub-graph of the regular generator with at most `ops` more operations."""
+        keep = self.max_ops
+        self.max_ops = self.ops + ops
+        try:
+            return self.gen(req, d, dom)
+        finally:
+            self.max_ops = keep
+
+    def need(self, x, dom):
+        """x, or x behind a guard, inside domain dom."""
+        if fits(dom, x.lo, x.hi):
+            return x
+        y = self.guard(x, dom, 2)
+        assert y is not None, (dom, x.lo, x.hi)
+        return y
+
+    @staticmethod
+    def tighten(n, lo, hi):
+        """A sound interval known from a pattern (correlations that plain interval arithmetic
+        loses, e.g. x - max(x) <= 0)."""
+        n.lo, n.hi = max(n.lo, lo), min(n.hi, hi)
+        assert n.lo <= n.hi, (n.lo, n.hi)
+        return n
+
+    def mk_saved(self, x):
+        return self.add('gx::saved(%s)' % x.var, x.ref, x.shape, x.lo, x.hi, [x])
+
+    def mk_reduce(self, op, x, axes, keep):
+        """op in sum mean max over the (normalized) axes of x."""
+        rng = self.rng
+        cr = len(x.shape)
+        axes = sorted(axes)
+        enum = {'sum': 'RSUM', 'mean': 'RMEAN', 'max': 'RMAX'}[op]
+        every = axes == list(range(cr))
+        if every and (cr > 1 or rng.random() < 0.5) and (not keep or rng.random() < 0.5):
+            expr = 'gx::%s(%s%s)' % (op, x.var, ', gx::keep_dims' if keep else '')
+        else:
+            spelled = list(axes)
+            rng.shuffle(spelled)
+            spelled = [a - cr if rng.random() < 0.3 else a for a in spelled]
+            expr = 'gx::%s<%s>(%s%s)' % (op, ', '.join(map(str, spelled)), x.var,
+                                         ', gx::keep_dims' if keep else '')
+        refe = 'R.reduce(@, rg::%s, %s, {%s}, %s)' % (enum, x.ref, ', '.join(map(str, axes)),
+                                                       'true' if keep else 'false')
+        shape = []
+        for k, (e, s) in enumerate(x.shape):
+            if k in axes:
+                if keep:
+                    shape.append((1, True))
+            else:
+                shape.append((e, s))
+        cnt = prod(x.extents[k] for k in axes)
+        lo, hi = (x.lo * cnt, x.hi * cnt) if op == 'sum' else (x.lo, x.hi)
+        return self.add(expr, refe, shape, lo, hi, [x])
+
+    def reduced_child(self, req):
+        """(child extents, reduced axes, keep_dims) of a reduction whose result has extents req;
+        None if the child would be too large."""
+        rng = self.rng
+        r = len(req)
+        if r == 0:
+            cr = rng.randint(1, 3)
+            child = [(self.rand_extent(2, 5), False) for _ in range(cr)]
+            while prod(e for e, _ in child) > MAX_SIZE:
+                child = [(2, False)] + child[1:] if child[0][0] > 2 else child[1:]
+            return child, list(range(len(child))), False
+        ones = [k for k, (e, _) in enumerate(req) if e == 1]
+        if ones and rng.random() < 0.5:
+            axes = sorted(rng.sample(ones, min(len(ones), rng.choice([1, 1, 2]))))
+            child = [(self.rand_extent(2, 5), False) if k in axes else c for k, c in enumerate(req)]
+            keep = True
+        else:
+            k = min(rng.choice([1, 1, 2]), MAX_RANK - r)
+            if k <= 0:
+                return None
+            child = list(req)
+            for _ in range(k):
+                child.insert(rng.randint(0, len(child)), None)
+            axes = [i for i, c in enumerate(child) if c is None]
+            child = [(self.rand_extent(2, 5), False) if c is None else c for c in child]
+            keep = False
+        if prod(e for e, _ in child) > MAX_SIZE:
+            child = [(2, False) if k in axes else c for k, c in enumerate(child)]
+        if prod(e for e, _ in child) > MAX_SIZE:
+            return None
+        return child, axes, keep
+
+    def pattern_axes(self, x):
+        r = len(x.shape)
+        big = [k for k, (e, _) in enumerate(x.shape) if e > 1] or list(range(r))
+        n = self.rng.choice([1, 1, 1, 2, r])
+        return sorted(self.rng.sample(big, min(n, len(big))))
+
+    # Patterns: reductions read inside expressions (calls keep them in buffers). Each returns a
+    # node of extents req, or None.
+    def pat_center(self, req, d):  # x - mean<A>(x, keep_dims)
+        if not req:
+            return None
+        x = self.sub(req, d, None)
+        axes = self.pattern_axes(x)
+        m = self.mk_reduce('mean', x, axes, True)
+        if self.rng.random() < 0.25:
+            m = self.mk_saved(m)
+        n = self.mk_binary('-', x, m)
+        return self.tighten(n, x.lo - x.hi, x.hi - x.lo)
+
+    def pat_normalize(self, req, d):  # x / sum<A>(x, keep_dims), x > 0
+        if not req:
+            return None
+        x = self.sub(req, d, 'pos')
+        axes = self.pattern_axes(x)
+        cnt = prod(x.extents[k] for k in axes)
+        s = self.mk_reduce('sum', x, axes, True)
+        n = self.mk_binary('/', x, s)
+        lo, hi = x.lo, x.hi
+        return self.tighten(n, lo / (lo + (cnt - 1) * hi), hi / (hi + (cnt - 1) * lo))
+
+    def pat_softmax(self, req, d):  # e = exp(x - max<A>(x, keep_dims)); e / sum<A>(e, keep_dims)
+        if not req:
+            return None
+        x = self.sub(req, d, 'bnd' if self.rng.random() < 0.6 else None)
+        axes = self.pattern_axes(x)
+        cnt = prod(x.extents[k] for k in axes)
+        m = self.mk_reduce('max', x, axes, True)
+        c = self.tighten(self.mk_binary('-', x, m), x.lo - x.hi, 0.0)
+        e = self.mk_unary('exp', c)
+        if self.rng.random() < 0.3:
+            e = self.mk_saved(e)
+        s = self.mk_reduce('sum', e, axes, True)
+        s = self.tighten(s, 1.0 + (cnt - 1) * e.lo, cnt)
+        n = self.mk_binary('/', e, s)
+        return self.tighten(n, e.lo / cnt, 1.0)
+
+    def pat_lse(self, req, d):
+        """log(sum<A>(exp(x - max<A>(x, keep_dims)), K)) + max<A>(x, K) (K: keep_dims or not);
+        in [max, max + log(n)]."""
+        rng = self.rng
+        rc = self.reduced_child(req)
+        if rc is None:
+            return None
+        child, axes, keep = rc
+        x = self.sub(child, d, 'bnd' if rng.random() < 0.5 else None)
+        cnt = prod(x.extents[k] for k in axes)
+        m = self.mk_reduce('max', x, axes, True)
+        if rng.random() < 0.3:
+            m = self.mk_saved(m)
+        c = self.tighten(self.mk_binary('-', x, m), x.lo - x.hi, 0.0)
+        e = self.mk_unary('exp', c)
+        s = self.mk_reduce('sum', e, axes, keep)
+        s = self.tighten(s, 1.0 + (cnt - 1) * e.lo, cnt)
+        ls = self.mk_unary('log', s)
+        style = rng.random()
+        if keep and style < 0.4:
+            m2 = m  # the same max, read twice
+        else:
+            m2 = self.mk_reduce('max', x, axes, keep)  # written twice
+            if rng.random() < 0.2:
+                m2 = self.mk_saved(m2)
+        n = self.mk_binary('+', ls, m2) if rng.random() < 0.7 else self.mk_binary('+', m2, ls)
+        return self.tighten(n, x.lo, x.hi + math.log(cnt))
+
+    def pat_gather(self, req, d):
+        """A reduction (or a logsumexp) gathered through an index vector, read by an
+        elementwise node."""
+        rng = self.rng
+        free = [k for k, (e, need1) in enumerate(req) if not need1]
+        if not free:
+            return None
+        k = rng.choice(free)
+        inner = list(req)
+        inner[k] = (self.rand_extent(2, 5), False)
+        if prod(e for e, _ in inner) > MAX_SIZE:
+            return None
+        if rng.random() < 0.4:
+            y = self.pat_lse(inner, d)
+        else:
+            rc = self.reduced_child(inner)
+            if rc is None:
+                return None
+            child, axes, keep = rc
+            x = self.sub(child, d, None)
+            y = self.mk_reduce(rng.choice(['sum', 'mean', 'max', 'max']), x, axes, keep)
+        if y is None:
+            return None
+        n, m = req[k][0], y.shape[k][0]
+        j = self.new_int('DUP', n, m, rng.choice(INDEX_TYPES))
+        iv = rng.choice(['gx::indices(i%d)' % j, 'i%d' % j])
+        r = len(req)
+        if rng.random() < 0.6:
+            ax = k - r if rng.random() < 0.3 else k
+            expr = 'gx::gather<%d>(%s, %s)' % (ax, y.var, iv)
+        else:
+            expr = 'gx::index(%s, %s)' % (y.var, ', '.join(iv if a == k else 'gx::all'
+                                                         for a in range(r)))
+        refs = ', '.join('rg::list(D.idx[%d])' % j if a == k else 'rg::all()' for a in range(r))
+        shape = [(n, False) if a == k else y.shape[a] for a in range(r)]
+        g = self.add(expr, 'R.index_(@, %s, {%s})' % (y.ref, refs), shape, y.lo, y.hi, [y])
+        style = rng.random()
+        if style < 0.35:
+            z = self.sub(req, 1, None, 2)
+            out = self.mk_binary(rng.choice(['+', '-']), *rng.sample([g, z], 2))
+        elif style < 0.7:
+            z = self.sub(req, 1, 'bnd', 2)
+            out = self.mk_binary('*', self.need(g, 'bnd'), z)
+        else:
+            out = self.mk_unary(rng.choice(['tanh', 'sigmoid']), g)
+        if not self.satisfies(out, req):
+            return None
+        return out
+
+    PATTERNS = [('center', 2), ('normalize', 2), ('softmax', 2), ('lse', 4), ('gather', 3)]
+
+    def gen_pattern(self, req, d, names=None):
+        rng = self.rng
+        pats = [(p, w) for p, w in self.PATTERNS if names is None or p in names]
+        for _ in range(10):
+            p = rng.choices([p for p, _ in pats], [w for _, w in pats])[0]
+            s = self.snapshot()
+            n = getattr(self, 'pat_' + p)(req, d)
+            if n is not None:
+                return n
+            self.restore(s)
+        return None
+
+    def root_req(self, ranks=(1, 2, 3), weights=(3, 5, 3)):
+        rng = self.rng
+        r = rng.choices(ranks, weights)[0]
+        for _ in range(20):
+            ext = [rng.randint(1, 5) for _ in range(r)]
+            if prod(ext) <= MAX_SIZE and (r == 0 or prod(ext) >= 2):
+                break
+        return [(e, False) for e in ext]
+
+    def build_reduce(self):
+        """Reductions read inside expressions, maybe under one more reduction."""
+        rng = self.rng
+        req = self.root_req((0, 1, 2, 3), (3, 3, 5, 2))
+        d = rng.randint(0, 2)
+        if not req or rng.random() < 0.35:  # one further reduction above the pattern
+            rc = self.reduced_child(req)
+            if rc is not None:
+                child, axes, keep = rc
+                p = self.gen_pattern(child, d)
+                if p is not None:
+                    return self.mk_reduce(rng.choice(['sum', 'sum', 'mean', 'max']), p, axes, keep)
+        return self.gen_pattern(req, d) or self.pat_center(req, d)
+
+    def chain_param(self, shape, dom, pool):
+        """A parameter of h's extents for a chain level: one of the chain's own (reused at
+        several levels) or a new leaf."""
+        rng = self.rng
+        cands = [w for w in pool if [e for e, _ in w.shape] == [e for e, _ in shape]
+                 and fits(dom, w.lo, w.hi)]
+        if cands and rng.random() < CHAIN_REUSE:
+            return rng.choice(cands)
+        w = self.leaf([(e, False) for e, _ in shape], dom)
+        if w.leaf is not None and rng.random() < 0.9:
+            self.leaves[w.leaf]['param'] = True
+        pool.append(w)
+        return w
+
+    def build_chain(self):
+        """A deep elementwise chain (8 to 24 unary/binary nodes), read by parameters at several
+        levels (some reused): one elementwise region, one multi_use kernel for its parameters."""
+        rng = self.rng
+        req = self.root_req((0, 1, 2, 3), (2, 3, 5, 2))
+        style = rng.random()
+        if style < 0.45:
+            h = self.leaf(req, 'bnd')
+            if h.leaf is not None and rng.random() < 0.7:
+                self.leaves[h.leaf]['param'] = True
+        elif style < 0.8 or not req:
+            h = self.sub(req, rng.randint(1, 2), 'bnd', 2)
+        else:
+            h = self.gen_pattern(req, 1, ['center', 'softmax', 'normalize']) or self.leaf(req, 'bnd')
+        length = 8 + int(16.999 * rng.random() ** 1.6)  # 8 to 24, mean about 14 (compile time)
+        start = self.ops
+        pool = []
+        levels = [h]
+        steps = [('affine_tanh', 4), ('tanh_cd', 2), ('exp_half', 1.5), ('sigmoid', 1.5),
+                 ('param_mul', 1.5), ('param_add', 1.5), ('sig_mul', 1), ('skip', 1),
+                 ('unary', 1), ('bias_bcast', 0.5)]
+        c_of = lambda: rng.choice([0.5, 0.75, 1.5, -0.5, 2.0, -1.25])
+        d_of = lambda: rng.choice([0.1, -0.25, 0.5, 0.3, -0.5])
+        while self.ops - start < length:
+            step = rng.choices([s for s, _ in steps], [w for _, w in steps])[0]
+            shape = h.shape
+            if step == 'affine_tanh':  # tanh(w * h + b)
+                w = self.chain_param(shape, 'bnd', pool)
+                b = self.chain_param(shape, None, pool)
+                hb = self.need(h, 'bnd')
+                p = self.mk_binary('*', *((w, hb) if rng.random() < 0.5 else (hb, w)))
+                q = self.mk_binary('+', *((p, b) if rng.random() < 0.7 else (b, p)))
+                h = self.mk_unary('tanh', q)
+            elif step == 'tanh_cd':  # tanh(h) * c + d
+                h = self.mk_scalar('+', self.mk_scalar('*', self.mk_unary('tanh', h), c_of(),
+                                                       rng.random() < 0.7), d_of(), True)
+            elif step == 'exp_half':  # exp(h * 0.5 - 0.5) * 0.5
+                a = self.mk_scalar('*', self.need(h, 'bnd'), 0.5, True)
+                e = self.mk_unary('exp', self.mk_scalar('-', a, 0.5, True))
+                h = self.mk_scalar('*', e, 0.5, rng.random() < 0.5)
+            elif step == 'sigmoid':
+                if rng.random() < 0.5:
+                    h = self.mk_unary('sigmoid', self.mk_scalar('*', self.need(h, 'bnd'), c_of(), True))
+                else:
+                    h = self.mk_unary('sigmoid', h)
+            elif step == 'param_mul':
+                w = self.chain_param(shape, 'bnd', pool)
+                hb = self.need(h, 'bnd')
+                h = self.mk_binary('*', *((w, hb) if rng.random() < 0.5 else (hb, w)))
+            elif step == 'param_add':
+                b = self.chain_param(shape, None, pool)
+                op = rng.choice(['+', '+', '-'])
+                h = self.mk_binary(op, *((h, b) if rng.random() < 0.6 else (b, h)))
+            elif step == 'sig_mul':  # sigmoid(h) * w
+                w = self.chain_param(shape, 'bnd', pool)
+                h = self.mk_binary('*', self.mk_unary('sigmoid', h), w)
+            elif step == 'skip':  # an earlier level read again (a shared sub-expression)
+                prev = rng.choice(levels[:-1] or levels)
+                if h.tree + prev.tree > CHAIN_TREE:
+                    continue
+                if rng.random() < 0.5:
+                    h = self.mk_binary('+', h, prev)
+                else:
+                    h = self.mk_binary('*', self.need(h, 'bnd'), self.need(prev, 'bnd'))
+            elif step == 'unary':
+                op = rng.choice(['square', 'log', 'sqrt', 'neg', 'pow'])
+                if op == 'pow':
+                    h = self.mk_unary('pow', self.need(h, 'posb'), rng.choice([0.5, 2.0, -1.0, 1.5]))
+                else:
+                    h = self.mk_unary(op, self.need(h, UNARY[op][2]) if UNARY[op][2] else h)
+            else:  # a broadcast bias: a use with its own kernel
+                if not shape:
+                    continue
+                b = self.leaf(self.bcast_req([(e, False) for e, _ in shape]), None)
+                h = self.mk_binary('+', h, b)
+            levels.append(h)
+            assert self.satisfies(h, req), (h.shape, req)
+        if h.shape and rng.random() < 0.3:  # the chain under a reduction
+            if rng.random() < 0.5:
+                axes = sorted(rng.sample(range(len(h.shape)), 1))
+                return self.mk_reduce(rng.choice(['sum', 'mean']), h, axes, rng.random() < 0.3)
+            return self.mk_reduce(rng.choice(['sum', 'mean']), h, list(range(len(h.shape))), False)
+        return h
+
+    def shared_expr(self, atoms, level, first=None):
+        """An expression over the shared atoms: every operand reads one of them (first, when
+        given, is read by the leftmost operand)."""
+        rng = self.rng
+        if level == 0:
+            a = first or rng.choice(atoms)
+            u = rng.random()
+            if u < 0.45:
+                return a
+            if u < 0.8:
+                op = rng.choice(['tanh', 'sigmoid', 'exp', 'square', 'log'])
+                dom = UNARY[op][2]
+                return self.mk_unary(op, self.need(a, dom) if dom else a)
+            if a.shape:  # a reduction of it, broadcast back
+                axes = self.pattern_axes(a)
+                op = rng.choice(['sum', 'mean', 'max'])
+                return self.mk_reduce(op, a, axes, True)
+            return self.mk_scalar('*', a, 0.75, True)
+        x = self.shared_expr(atoms, level - 1, first)
+        y = self.shared_expr(atoms, rng.randint(0, level - 1), first if rng.random() < 0.6 else None)
+        op = rng.choice(['+', '+', '-', '*', '*', '/'])
+        if rng.random() < 0.5:
+            x, y = y, x
+        if op == '*':
+            return self.mk_binary('*', self.need(x, 'bnd'), self.need(y, 'bnd'))
+        if op == '/':
+            return self.mk_binary('/', self.need(x, 'bnd'), self.need(y, 'pos'))
+        return self.mk_binary(op, x, y)
+
+    def read_twice(self, h, g):
+        """g, or g + tanh(h) when g reads h only once."""
+        reads = sum(len(re.findall(r'\b%s\b' % h.var, t.split('=', 1)[1])) for t in self.gx)
+        return g if reads >= 2 else self.mk_binary('+', g, self.mk_unary('tanh', h))
+
+    def build_shared(self):
+        """The same sub-expression object read several times (h * h + tanh(h)), bare or in
+        gx::saved(h), at one or two levels."""
+        rng = self.rng
+        req = self.root_req((0, 1, 2, 3), (2, 3, 5, 2))
+        hreq = self.bcast_req(req) if req and rng.random() < 0.3 else req
+        if rng.random() < 0.25 and hreq:
+            h = self.gen_pattern(hreq, 1)
+        else:
+            h = None
+        if h is None:
+            h = self.sub(hreq, rng.randint(1, 3), 'bnd' if rng.random() < 0.6 else None, 2)
+        if h.leaf is not None:
+            h = self.mk_unary(rng.choice(['tanh', 'sigmoid']), h)
+        saved = rng.random() < 0.55
+        if saved:
+            h = self.mk_saved(h)
+        atoms = [h]
+        if hreq != req or rng.random() < 0.4:  # a second operand of the root's extents
+            z = self.leaf(req, 'bnd')
+            atoms.append(z)
+        for attempt in range(4):  # an expression whose type stays small (compile time)
+            snap = self.snapshot()
+            g = self.read_twice(h, self.shared_expr(atoms, rng.randint(1, 2), h))
+            if g.tree <= SHARED_TREE_MAX or attempt == 3:
+                break
+            self.restore(snap)
+        if not self.satisfies(g, req):
+            g = self.mk_binary('+', g, self.leaf(req, None))
+        if g.tree <= SHARED_TREE and rng.random() < 0.3:  # a second level: g and h read again
+            if rng.random() < 0.4:
+                g = self.mk_saved(g)
+            g = self.read_twice(g, self.shared_expr([g, h], 1, g))
+            if not self.satisfies(g, req):
+                g = self.mk_binary('+', g, self.leaf(req, None))
+        if g.shape and rng.random() < 0.25:
+            return self.mk_reduce(rng.choice(['sum', 'mean', 'max']), g,
+                                  list(range(len(g.shape))), False)
+        return g
+
     # ---- a whole graph
     def build(self):
+        rng = self.rng
+        self.family = family_of(self.seed, self.gid)
+        if self.family is not None:
+            self.root = getattr(self, 'build_' + self.family)()
+            self.target_depth = self.root.height
+        else:
+            self.build_regular()
+        if self.root.leaf is not None:  # a bare leaf is no graph: add one operation
+            self.root = self.mk_unary('tanh', self.root)
+        if not any(l['param'] for l in self.leaves):
+            self.leaves[rng.randrange(len(self.leaves))]['param'] = True
+        r = len(self.root.shape)
+        self.mode = rng.choice(['grad', 'grad', 'backward']) if r == 0 else \
+            rng.choice(['grad', 'grad', 'seed'])
+        self.w_static = rng.random() < 0.5
+
+    def build_regular(self):
         rng = self.rng
         depth = rng.choices(range(1, MAX_DEPTH + 1), [1, 2, 3, 4, 5, 8])[0]
         r = rng.choices([0, 1, 2, 3], [2, 3, 5, 3])[0]
@@ -742,14 +1227,6 @@ class Graph:
                 break
         self.target_depth = depth
         self.root = self.gen([(e, False) for e in ext], depth)
-        if self.root.leaf is not None:  # a bare leaf is no graph: add one operation
-            self.root = self.mk_unary('tanh', self.root)
-        if not any(l['param'] for l in self.leaves):
-            self.leaves[rng.randrange(len(self.leaves))]['param'] = True
-        r = len(self.root.shape)
-        self.mode = rng.choice(['grad', 'grad', 'backward']) if r == 0 else \
-            rng.choice(['grad', 'grad', 'seed'])
-        self.w_static = rng.random() < 0.5
 
     # ---- C++
     def text(self):
@@ -782,8 +1259,9 @@ class Graph:
         text = self.text()
         out = []
         w = out.append
-        w('TEST_CASE("random graph %d:%d (depth %d, %d operations, %d leaves)") {' % (
-            self.seed, self.gid, root.height, nops, len(self.leaves)))
+        w('TEST_CASE("random graph %d:%d (%sdepth %d, %d operations, %d leaves)") {' % (
+            self.seed, self.gid, self.family + ', ' if self.family else '', root.height, nops,
+            len(self.leaves)))
         wsize = prod(root.extents) if root.shape else 0
         w('  rg::graph_info const G{%d, %d, R"RG(%s)RG",' % (self.seed, self.gid, '\n'.join(text)))
         w('      {%s},' % ', '.join('{%d, %s, %s}' % (prod(e for e, _ in l['shape']), fmt(l['lo']),
