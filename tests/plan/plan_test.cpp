@@ -347,3 +347,27 @@ TEST_CASE("multi_use: the region's derivatives are evaluated once per element fo
   CHECK(evaluations.load() == n);  // one sweep per element (three kernels took 3 n)
   gx::set_num_threads(threads);
 }
+
+TEST_CASE("saved: gx::saved of a max keeps its arg-max too, in a workspace sized for it") {
+  auto x = gx::param(gx::randn<double>(gx::dims(6, 4), 3));
+  CHECK(gx::workspace_bytes(gx::sum(gx::exp(x - gx::saved(gx::max<1>(x, gx::keep_dims))))) == 64 + 64);
+  // enough rows for the parallel arg-max fill (a write past the workspace fails under ASan);
+  // d/dy_ij of sum_j exp(y_ij - m_i) sums to 0 over each row (the max takes -sum_j exp(...))
+  int const threads = gx::num_threads();
+  gx::set_num_threads(2);
+  auto y = gx::param(gx::randn<float>(gx::dims(4096, 64), 4));
+  float v = gx::backward(gx::sum(gx::exp(y - gx::saved(gx::max<1>(y, gx::keep_dims)))));
+  gx::set_num_threads(threads);
+  CHECK(std::isfinite(v));
+  auto g = y.grad().to_dense();
+  double worst = 0;
+  for (gx::index_t i = 0; i < 4096; ++i) {
+    double s = 0, mag = 0;
+    for (gx::index_t j = 0; j < 64; ++j) {
+      s += g(i, j);
+      mag += std::abs(g(i, j));
+    }
+    worst = std::max(worst, std::abs(s) / mag);
+  }
+  CHECK(worst < 1e-5);
+}

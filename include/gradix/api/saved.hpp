@@ -162,12 +162,25 @@ class saved_space {
 // The transform, and the sizes it needs (the same recursion: counting first, so that the
 // buffers are taken from one reservation and never move while they are filled).
 
+/// The node a kept N stands for: N itself, or the operand of a save mark.
+template <class N>
+struct kept_node {
+  using type = N;
+};
+template <class A>
+struct kept_node<save_node<A>> {
+  using type = A;
+};
+
 template <bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
   if constexpr (ad::keeps_value_v<N, Under>) {
     z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
-    if constexpr (ad::is_max_reduction<N>::value)
-      if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(N::mask)));
+    // the node kept: N, or the operand of a save mark (a gx::saved(max<...>(x)) keeps the
+    // max, and its arg-max too, as keep_value does)
+    using K = typename kept_node<N>::type;
+    if constexpr (ad::is_max_reduction<K>::value)
+      if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(K::mask)));
   }
   constexpr bool U = ad::operands_under_v<N>;
   if constexpr (is_saved_node<N>::value) {
