@@ -152,11 +152,25 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     return n;
   }
 
+  /// The slowest of the row axes (the reduced axes other than the inner one); in_rank when
+  /// there is none.
+  static constexpr std::size_t outer_row_axis = [] {
+    for (std::size_t j = 0; j < in_rank; ++j)
+      if (reduced(j) && j != inner_axis) return j;
+    return in_rank;
+  }();
   /// Moves a to the next row of the reduced domain (the reduced axes other than the inner
-  /// one, row-major, last fastest).
+  /// one, row-major, last fastest). The slowest row axis is not wrapped: it passes its extent
+  /// only after the domain's last row, where no run follows. (With a single row axis a row
+  /// step is one increment, no compare: g++ 12 compiled the wrap of every interleaved cursor
+  /// into a taken branch around a register clear, per row.)
   GRADIX_HOST_DEVICE constexpr void next_row(coord<in_rank>& a) const {
     for (std::size_t j = in_rank; j-- > 0;) {
       if (!reduced(j) || j == inner_axis) continue;
+      if (j == outer_row_axis) {
+        ++a[j];
+        break;
+      }
       if (++a[j] < ext_[j]) break;
       a[j] = 0;
     }
@@ -290,12 +304,12 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
       for (int q = 0; q < pack_n; ++q) one(q);
     }
   }
-  /// Inner evaluators of the next runs of G cursors (their a_ already set).
+  /// Inner evaluators of the runs that start at a[0], ..., a[G - 1].
   template <int G>
-  GRADIX_ALWAYS_INLINE auto inners(cursor const* c) const {
+  GRADIX_ALWAYS_INLINE static auto inners(evaluator<Arg> const& arg, coord<in_rank> const* a) {
     return [&]<int... g>(std::integer_sequence<int, g...>) {
-      return std::array<decltype(arg_.template outer<int(inner_axis)>(c[0].a_)), std::size_t(G)>{
-          {arg_.template outer<int(inner_axis)>(c[g].a_)...}};
+      return std::array<decltype(arg.template outer<int(inner_axis)>(a[0])), std::size_t(G)>{
+          {arg.template outer<int(inner_axis)>(a[g])...}};
     }(std::make_integer_sequence<int, G>{});
   }
   /// Number of whole runs of a static inner extent that the cursor can take next in the
@@ -309,20 +323,33 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   GRADIX_ALWAYS_INLINE void take_whole(cursor* c, P (*acc)[pack_n], index_t m) const {
     if constexpr (static_runs) {
       constexpr std::size_t IA = inner_axis;
+      // Local copies of the cursors' coordinates and (of a cheap operand) of the operand's
+      // evaluator: nothing in the loop can alias them, so compilers keep them in registers
+      // and hoist what does not change along the rows (g++ 12 reloaded the operand's strides
+      // and recomputed its row-invariant addresses every row, clang 16 kept the row counters
+      // in memory).
+      coord<in_rank> a[G];
       GRADIX_UNROLL(8)
-      for (int g = 0; g < G; ++g) c[g].a_[IA] = 0;
+      for (int g = 0; g < G; ++g) {
+        a[g] = c[g].a_;
+        a[g][IA] = 0;
+      }
+      std::conditional_t<cheap, evaluator<Arg> const, evaluator<Arg> const&> arg = arg_;
       for (index_t r = 0; r < m; ++r) {
-        auto in = inners<G>(c);
+        auto in = inners<G>(arg, a);
         GRADIX_UNROLL(8)
         for (index_t jj = 0; jj < static_in; jj += pack_l) {
           GRADIX_UNROLL(8)
           for (int g = 0; g < G; ++g) add_full(acc[g], in[std::size_t(g)], jj);
         }
         GRADIX_UNROLL(8)
-        for (int g = 0; g < G; ++g) next_row(c[g].a_);
+        for (int g = 0; g < G; ++g) next_row(a[g]);
       }
       GRADIX_UNROLL(8)
-      for (int g = 0; g < G; ++g) c[g].f_ += m * static_in;
+      for (int g = 0; g < G; ++g) {
+        c[g].a_ = a[g];
+        c[g].f_ += m * static_in;
+      }
     }
   }
   /// Processes the next run (of length len) of each of G cursors, interleaved.
@@ -330,9 +357,13 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   GRADIX_ALWAYS_INLINE void step(cursor* c, P (*acc)[pack_n], index_t len) const {
     constexpr std::size_t IA = inner_axis;
     constexpr index_t L = pack_l;
+    coord<in_rank> a[G];
     GRADIX_UNROLL(8)
-    for (int g = 0; g < G; ++g) c[g].a_[IA] = c[g].off_;
-    auto in = inners<G>(c);
+    for (int g = 0; g < G; ++g) {
+      c[g].a_[IA] = c[g].off_;
+      a[g] = c[g].a_;
+    }
+    auto in = inners<G>(arg_, a);
     index_t j = 0;
     for (; j + L <= len; j += L) {
       GRADIX_UNROLL(8)
