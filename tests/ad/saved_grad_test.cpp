@@ -250,3 +250,130 @@ TEST_CASE("multi_use: parameters of different layouts in one region keep their o
   CHECK_NUMGRAD([&](auto& p) { return f(a, p, c); }, b);
   CHECK_NUMGRAD([&](auto& p) { return f(a, b, p); }, c);
 }
+
+// ---------------------------------------------------------------------------------------
+// Parameters reached through broadcasts join the region's kernel (ad::member_kind): a bias
+// row summed down the columns, a column summed along the rows in registers, a scalar summed
+// over everything (block partials added in block order).
+
+namespace {
+template <int K, class E, class C, class R, class S>
+auto bchain(E const& e, C const& c, R const& r, S const& s) {
+  if constexpr (K == 0) return e;
+  else return bchain<K - 1>(gx::tanh(e * c * s + r), c, r, s);
+}
+template <class L>
+void check_bcast_members() {
+  auto X = gx::param(gx::uniform<double, L>(gx::dims(5, 7), 431, -1.0, 1.0));
+  auto r = gx::param(gx::uniform<double>(gx::dims(gx::fix<1>, 7), 432, -0.5, 0.5));
+  auto c = gx::param(gx::uniform<double>(gx::dims(5, gx::fix<1>), 433, 0.5, 1.0));
+  auto s = gx::param(gx::tensor<double, shape<>>{0.9});
+  auto f = [&](auto const& x, auto const& cc, auto const& rr, auto const& ss) {
+    return gx::sum(bchain<3>(x, cc, rr, ss));
+  };
+  using Plan = gx::backward_plan_t<decltype(f(X, c, r, s))>;
+  static_assert(Plan::size == 1, "X, c, r and s in one kernel");
+  CHECK_NUMGRAD([&](auto& p) { return f(p, c, r, s); }, X);
+  CHECK_NUMGRAD([&](auto& p) { return f(X, p, r, s); }, c);
+  CHECK_NUMGRAD([&](auto& p) { return f(X, c, p, s); }, r);
+  CHECK_NUMGRAD([&](auto& p) { return f(X, c, r, p); }, s);
+  // grad() of one member equals backward's
+  auto g = gx::grad(f(X, c, r, s), r).to_dense();
+  gx::zero_grad(X, c, r, s);
+  gx::backward(f(X, c, r, s));
+  auto gb = r.grad().to_dense();
+  bool same = true;
+  for (gx::index_t k = 0; k < g.size(); ++k) same = same && g.data()[k] == gb.data()[k];
+  CHECK(same);
+}
+}  // namespace
+
+TEST_CASE("multi_use: broadcast members (row, column, scalar), row- and column-major") {
+  SUBCASE("row-major") { check_bcast_members<gx::row_major>(); }
+  SUBCASE("column-major") { check_bcast_members<gx::col_major>(); }
+  SUBCASE("rank 3: a bias over the last axis, a scale per leading index") {
+    auto X = gx::param(gx::uniform<double>(gx::dims(2, 3, 4), 441, -1.0, 1.0));
+    auto b = gx::param(gx::uniform<double>(gx::dims(gx::fix<1>, gx::fix<1>, 4), 442, -0.5, 0.5));
+    auto a = gx::param(gx::uniform<double>(gx::dims(2, 3, gx::fix<1>), 443, 0.5, 1.0));
+    auto w = gx::param(gx::uniform<double>(gx::dims(2, gx::fix<1>, gx::fix<1>), 444, 0.5, 1.0));  // kernel of its own
+    auto f = [&](auto const& x, auto const& bb, auto const& aa, auto const& ww) {
+      return gx::sum(gx::tanh(gx::exp(x * aa + bb) * ww - bb));
+    };
+    CHECK_NUMGRAD([&](auto& p) { return f(p, b, a, w); }, X);
+    CHECK_NUMGRAD([&](auto& p) { return f(X, p, a, w); }, b);
+    CHECK_NUMGRAD([&](auto& p) { return f(X, b, p, w); }, a);
+    CHECK_NUMGRAD([&](auto& p) { return f(X, b, a, p); }, w);
+  }
+  SUBCASE("a vector domain: scalars summed in blocks along the one axis") {
+    auto x = gx::param(gx::uniform<double>(gx::dims(37), 451, -1.0, 1.0));
+    auto s = gx::param(gx::tensor<double, shape<>>{0.7});
+    auto t = gx::param(gx::tensor<double, shape<1>>{0.2});
+    auto f = [&](auto const& xx, auto const& ss, auto const& tt) { return gx::sum(gx::tanh(gx::tanh(xx * ss + tt) * ss - tt)); };
+    using Plan = gx::backward_plan_t<decltype(f(x, s, t))>;
+    static_assert(Plan::size == 1);
+    CHECK_NUMGRAD([&](auto& p) { return f(p, s, t); }, x);
+    CHECK_NUMGRAD([&](auto& p) { return f(x, p, t); }, s);
+    CHECK_NUMGRAD([&](auto& p) { return f(x, s, p); }, t);
+  }
+}
+
+TEST_CASE("multi_use: broadcast members give the same bits with any thread count") {
+  int const threads = gx::num_threads();
+  auto run = [&](int nt, auto const& loss, auto&... ps) {
+    gx::set_num_threads(nt);
+    gx::zero_grad(ps...);
+    gx::backward(loss());
+    return std::vector<std::vector<float>>{[&] {
+      auto d = ps.grad().to_dense();
+      return std::vector<float>(d.data(), d.data() + d.size());
+    }()...};
+  };
+  SUBCASE("a matrix: rows split over threads, bias rows in block partials") {
+    gx::index_t const m = 301, n = 257;  // tails in both directions, several blocks
+    auto X = gx::param(gx::uniform<float>(gx::dims(m, n), 461, -1.f, 1.f));
+    auto r = gx::param(gx::uniform<float>(gx::dims(gx::fix<1>, n), 462, -0.5f, 0.5f));
+    auto c = gx::param(gx::uniform<float>(gx::dims(m, gx::fix<1>), 463, 0.5f, 1.f));
+    auto s = gx::param(gx::tensor<float, shape<>>{0.9f});
+    auto loss = [&] { return gx::sum(bchain<4>(X, c, r, s)); };
+    auto one = run(1, loss, X, r, c, s);
+    auto four = run(4, loss, X, r, c, s);
+    auto three = run(3, loss, X, r, c, s);
+    CHECK(one == four);
+    CHECK(one == three);
+    // r against the chain rule in double (each column summed over the rows)
+    std::vector<double> gr(std::size_t(n), 0.0);
+    for (gx::index_t i = 0; i < m; ++i)
+      for (gx::index_t j = 0; j < n; ++j) {
+        double e = X.value()(i, j), ys[4], sv = s.value()(), cv = c.value()(i, 0), rv = r.value()(0, j);
+        for (int k = 0; k < 4; ++k) ys[k] = e = std::tanh(e * cv * sv + rv);
+        double a = 1;
+        for (int k = 3; k >= 0; --k) {
+          a *= 1 - ys[k] * ys[k];
+          gr[std::size_t(j)] += a;
+          a *= cv * sv;
+        }
+      }
+    double worst = 0;
+    for (gx::index_t j = 0; j < n; ++j) worst = std::max(worst, std::abs(gr[std::size_t(j)] - one[1][std::size_t(j)]) / (1 + std::abs(gr[std::size_t(j)])));
+    CHECK(worst < 1e-5);
+  }
+  SUBCASE("a vector: the axis split in blocks, scalars in block partials") {
+    gx::index_t const n = (1 << 17) + 29;
+    auto x = gx::param(gx::uniform<float>(gx::dims(n), 471, -1.f, 1.f));
+    auto s = gx::param(gx::tensor<float, shape<>>{0.7f});
+    auto t = gx::param(gx::tensor<float, shape<1>>{0.2f});
+    auto loss = [&] { return gx::sum(gx::tanh(gx::tanh(x * s + t) * s - t)); };
+    auto one = run(1, loss, x, s, t);
+    auto four = run(4, loss, x, s, t);
+    CHECK(one == four);
+    double gs = 0;
+    for (gx::index_t k = 0; k < n; ++k) {
+      double sv = s.value()(), tv = t.value()(0), xv = x.value()(k);
+      double h = std::tanh(xv * sv + tv), y = std::tanh(h * sv - tv);
+      double a = 1 - y * y;
+      gs += a * h + a * sv * (1 - h * h) * xv;
+    }
+    CHECK(std::abs(gs - one[1][0]) / (1 + std::abs(gs)) < 1e-5);
+  }
+  gx::set_num_threads(threads);
+}

@@ -252,19 +252,33 @@ template <class A, std::size_t Ax, class I>
 struct reads_reduction<gx::index_node<A, Ax, I>> : reads_reduction<A> {};
 template <class A, class S>
 struct reads_reduction<gx::broadcast_node<A, S>> : reads_reduction<A> {};
+// what a kernel evaluates per element: a use's value; a multi_use's region and v0
+template <class E>
+struct kernel_value {
+  using type = typename E::value_expr;
+};
+template <int I, class Top, class TMap, class V0, class... U>
+struct kernel_value<ad::multi_use<I, Top, TMap, V0, U...>> {
+  using type = std::conditional_t<std::is_same_v<V0, ad::no_v0>, Top, gx::binary_node<gx::op::mul, V0, Top>>;
+};
+template <class Plan, std::size_t K>
+using kernel_value_t = typename kernel_value<std::remove_cvref_t<decltype(gx::get<K>(std::declval<Plan&>()))>>::type;
 template <class Plan, std::size_t... K>
 constexpr bool any_kernel_reads_reduction(std::index_sequence<K...>) {
-  return (reads_reduction<typename std::remove_cvref_t<decltype(gx::get<K>(std::declval<Plan&>()))>::value_expr>::value || ...);
+  return (reads_reduction<kernel_value_t<Plan, K>>::value || ...);
 }
 using lse_plan_run = gx::backward_plan_t<lse_expr>;
 using lse_plan_plain = decltype(ad::plan(std::declval<lse_expr&>()));
 static_assert(lse_plan_run::size == lse_plan_plain::size);
+// two kernels: the exp region's, for x and, through the kept arg-max, for the max inside it
+// (a column member: the row's adjoints summed in registers), and the outer max's
+static_assert(lse_plan_run::size == 2 && ad::is_multi<std::remove_cvref_t<decltype(gx::get<0>(std::declval<lse_plan_run&>()))>>::value);
 static_assert(!any_kernel_reads_reduction<lse_plan_run>(std::make_index_sequence<lse_plan_run::size>{}));
 static_assert(any_kernel_reads_reduction<lse_plan_plain>(std::make_index_sequence<lse_plan_plain::size>{}));
 // the work per element of the kernels that run: the reductions are gone from the cost
 template <class Plan, std::size_t... K>
 constexpr std::size_t plan_cost(std::index_sequence<K...>) {
-  return (ad::eval_cost_v<typename std::remove_cvref_t<decltype(gx::get<K>(std::declval<Plan&>()))>::value_expr> + ... + 0);
+  return (ad::eval_cost_v<kernel_value_t<Plan, K>> + ... + 0);
 }
 static_assert(plan_cost<lse_plan_run>(std::make_index_sequence<lse_plan_run::size>{}) < ad::reduction_weight);
 static_assert(plan_cost<lse_plan_plain>(std::make_index_sequence<lse_plan_plain::size>{}) > ad::reduction_weight);
@@ -325,13 +339,36 @@ using net4_kernel = std::remove_cvref_t<decltype(gx::get<0>(std::declval<net4_pl
 static_assert(net4_plan::size == 1 && ad::is_multi<net4_kernel>::value);
 static_assert(decltype(std::declval<net4_kernel&>().uses_)::size == 8);
 static_assert(ad::buffer_count_v<net4_expr> == 0);
-// a region whose parameter is reached through a broadcast keeps that use apart (its sum over
-// the broadcast axis is a loop nest of its own)
+// parameters reached through a broadcast join too: their kernels sum the broadcast axes
+// (ad::member_kind: a bias row, a column scale, a scalar)
 using PM = gx::parameter<float, shape<dyn, dyn>>;
 using PR = gx::parameter<float, shape<1, dyn>>;
+using PC = gx::parameter<float, shape<dyn, 1>>;
+using PS = gx::parameter<float, shape<>>;
 inline auto bcast1(PM const& X, PR const& r, PM const& Y) { return gx::sum(gx::tanh(X * Y + r)); }
 using bcast_plan = gx::backward_plan_t<decltype(bcast1(std::declval<PM&>(), std::declval<PR&>(), std::declval<PM&>()))>;
-static_assert(bcast_plan::size == 2);  // X and Y together, r apart
+static_assert(bcast_plan::size == 1);  // X, Y and r together
+template <int K, class E>
+auto bcast_chain(E const& e, PC const& c, PR const& r, PS const& s) {
+  if constexpr (K == 0) return e;
+  else return bcast_chain<K - 1>(gx::tanh(e * c * s + r), c, r, s);
+}
+using bchain_plan = gx::backward_plan_t<decltype(gx::sum(bcast_chain<8>(std::declval<PM&>(), std::declval<PC&>(),
+                                                                         std::declval<PR&>(), std::declval<PS&>())))>;
+using bchain_kernel = std::remove_cvref_t<decltype(gx::get<0>(std::declval<bchain_plan&>()))>;
+static_assert(bchain_plan::size == 1 && ad::is_multi<bchain_kernel>::value);
+static_assert(decltype(std::declval<bchain_kernel&>().uses_)::size == 1 + 3 * 8);
+static_assert(bchain_kernel::inner_axis == 1);  // row-major: along the rows
+static_assert(ad::member_kind_v<0b01, 2, 1> == ad::member_kind::row &&
+              ad::member_kind_v<0b10, 2, 1> == ad::member_kind::column &&
+              ad::member_kind_v<0b11, 2, 1> == ad::member_kind::scalar &&
+              ad::member_kind_v<0, 2, 1> == ad::member_kind::full);
+// column-major: the loop walks down the columns, and r becomes the summed one
+using PMc = gx::parameter<float, shape<dyn, dyn>, gx::col_major>;
+using bchainc_plan = gx::backward_plan_t<decltype(gx::sum(bcast_chain<2>(std::declval<PMc&>(), std::declval<PC&>(),
+                                                                          std::declval<PR&>(), std::declval<PS&>())))>;
+using bchainc_kernel = std::remove_cvref_t<decltype(gx::get<0>(std::declval<bchainc_plan&>()))>;
+static_assert(bchainc_plan::size == 1 && bchainc_kernel::inner_axis == 0);
 
 TEST_CASE("multi_use: the region's derivatives are evaluated once per element for all targets") {
   int const threads = gx::num_threads();

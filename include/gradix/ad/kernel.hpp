@@ -176,26 +176,82 @@ struct region_uniform<binary_node<Op, L, R>, T>
     : std::bool_constant<std::is_same_v<value_type_t<binary_node<Op, L, R>>, T> &&
                          region_uniform<L, T>::value && region_uniform<R, T>::value> {};
 
-/// Can use U join the multi_use of region Top (entered with map M)? Its value is a path
-/// derivative of Top; its map is M itself (no broadcast between Top and the target: no
-/// projected axis), injective, with an inner axis; the region has one element type, that of
-/// the target storage.
+/// The domain axes of a rank-R domain, as a mask.
+template <std::size_t R>
+inline constexpr std::uint64_t all_axes_v = R >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << R) - 1;
+
+/// The domain axes that map M follows affinely (some component is exactly ax_dom<J>).
+template <class M, std::size_t R>
+inline constexpr std::uint64_t followed_axes_v = [] {
+  std::uint64_t r = 0;
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    ((r |= dom_component<M, J>::value >= 0 ? std::uint64_t(1) << J : 0), ...);
+  }(std::make_index_sequence<R>{});
+  return r;
+}();
+
+/// What a member of a multi_use whose loop nest walks domain axis I innermost does with its
+/// adjoints (from its projected axes P, ad::kernel_traits):
+///   full     P empty: one target element per domain element
+///   column   P = {I}: the inner axis is summed (in registers), one target element per outer
+///            coordinate (a column broadcast across a row-major domain)
+///   row      P = every axis but I: the outer axes are summed into one target row (a bias row
+///            broadcast down a row-major domain)
+///   scalar   P = every axis: everything is summed into one target element
+enum class member_kind { full, column, row, scalar };
+template <std::uint64_t P, std::size_t R, int I>
+inline constexpr member_kind member_kind_v =
+    P == 0                                                   ? member_kind::full
+    : P == all_axes_v<R>                                     ? member_kind::scalar
+    : P == (std::uint64_t(1) << I)                           ? member_kind::column
+                                                             : member_kind::row;
+
+/// The inner axes with which use U can join the multi_use of region Top (entered with map M),
+/// as a mask (0: it cannot join). Its value must be a path derivative of Top read at M; its
+/// map injective apart from projected axes (summed), with its projected axes one of the
+/// member kinds above for that inner axis (a full or row member: its target's contiguous axis
+/// reached by I); the region of one element type, that of the target; and the region's top
+/// must follow I.
 template <class U, class Top, class M>
-inline constexpr bool region_member_v = [] {
+inline constexpr std::uint64_t member_axes_v = [] {
   using V = typename U::value_expr;
   using RV = region_value<V>;
   if constexpr (!RV::value) {
-    return false;
-  } else if constexpr (!std::is_same_v<typename RV::top, Top> ||
-                       !std::is_same_v<typename RV::map, M> ||
-                       !std::is_same_v<typename U::map_type, M>) {
-    return false;
+    return std::uint64_t(0);
+  } else if constexpr (!std::is_same_v<typename RV::top, Top> || !std::is_same_v<typename RV::map, M>) {
+    return std::uint64_t(0);
   } else {
     using K = kernel_traits<U>;
     using T = value_type_t<Top>;
-    return K::projected_mask == 0 && K::injective && K::inner_axis >= 0 &&
-           std::is_same_v<typename U::storage_type::value_type, T> &&
-           std::is_floating_point_v<T> && region_uniform<Top, T>::value;
+    constexpr std::size_t R = K::domain_rank;
+    if constexpr (!K::injective || !std::is_same_v<typename U::storage_type::value_type, T> ||
+                  !std::is_floating_point_v<T> || !region_uniform<Top, T>::value) {
+      return std::uint64_t(0);
+    } else {
+      constexpr std::uint64_t P = K::projected_mask, all = all_axes_v<R>;
+      constexpr std::uint64_t in = K::inner_axis >= 0 ? std::uint64_t(1) << K::inner_axis : 0;
+      // a row: the one axis left is one component exactly and reaches no other (the row is
+      // a straight line of some stride in the target)
+      constexpr std::uint64_t left = all & ~P;
+      constexpr bool row = [&] {
+        if constexpr (P == 0 || __builtin_popcountll(left) != 1) {
+          return false;
+        } else {
+          constexpr std::size_t J = std::size_t(__builtin_ctzll(left));
+          constexpr int C = dom_component<typename U::map_type, J>::value;
+          using G = typename U::storage_type;
+          // (not along a sparse storage's axis: its slots are not a line)
+          return C >= 0 && count_deps<typename U::map_type, J>::value == 1 &&
+                 !(G::sparse && std::size_t(C) == G::axis);
+        }
+      }();
+      std::uint64_t r = 0;
+      if (P == 0) r = in;  // full
+      if (P != 0 && P == all) r = all;  // scalar
+      if (__builtin_popcountll(P) == 1 && P != all) r |= P;  // column, for I the projected axis
+      if (row) r |= left;
+      return r & followed_axes_v<M, R>;
+    }
   }
 }();
 
@@ -215,11 +271,13 @@ struct member_use {
 struct no_v0 {};
 
 /// Uses U... (member_use) of one region, Top entered with map TMap and adjoint v0 (V0, or
-/// no_v0), run as one kernel: one loop nest over the shared domain; per element one reverse
-/// sweep of the region gives every use's adjoint (eval/sweep.hpp), added to each target in
-/// order. The region is held once, not once per use.
-template <class Top, class TMap, class V0, class... U>
+/// no_v0), run as one kernel: one loop nest over the shared domain with axis I innermost;
+/// per element one reverse sweep of the region gives every use's adjoint (eval/sweep.hpp),
+/// added to each target in order (summed first over a member's projected axes: member_kind).
+/// The region is held once, not once per use.
+template <int I, class Top, class TMap, class V0, class... U>
 struct multi_use {
+  static constexpr int inner_axis = I;
   using top_type = Top;
   using tmap_type = TMap;
   using v0_type = V0;
@@ -230,8 +288,8 @@ struct multi_use {
 };
 template <class U>
 struct is_multi : std::false_type {};
-template <class Top, class TMap, class V0, class... U>
-struct is_multi<multi_use<Top, TMap, V0, U...>> : std::true_type {};
+template <int I, class Top, class TMap, class V0, class... U>
+struct is_multi<multi_use<I, Top, TMap, V0, U...>> : std::true_type {};
 
 /// The at_map_node<path_deriv_node<Top, P>, M, D> of a region value (region_value), and its v0.
 template <class V>

@@ -111,6 +111,21 @@ struct dom_component<tuple<Ax...>, J> {
   }();
 };
 
+/// The domain axis J whose ax_dom<J> is component K of M, or -1.
+template <class M, std::size_t K>
+struct dom_component_of {
+  static constexpr int value = -1;
+};
+template <class... Ax, std::size_t K>
+  requires(K < sizeof...(Ax))
+struct dom_component_of<tuple<Ax...>, K> {
+  template <class A>
+  struct axis_of : std::integral_constant<int, -1> {};
+  template <std::size_t J>
+  struct axis_of<ax_dom<J>> : std::integral_constant<int, int(J)> {};
+  static constexpr int value = axis_of<std::tuple_element_t<K, std::tuple<Ax...>>>::value;
+};
+
 /// Is axis expression Ax injective in the domain axes it depends on (as far as types show)?
 template <class Ax>
 struct injective_ax : std::false_type {};
@@ -121,16 +136,22 @@ struct injective_ax<ax_const> : std::true_type {};
 template <class In, class I>
 struct injective_ax<ax_lookup<In, unique_vec<I>>> : injective_ax<In> {};
 
-/// A map is injective when every component is, and each domain axis reaches at most one
-/// component. (Two uses fused in one kernel would not be injective together.)
+/// A map is injective (in the domain axes it depends on; the others are projected, summed)
+/// when every component is and each domain axis reaches at most one component, or when each
+/// axis it depends on is some component exactly (ax_dom<J>): those components alone tell
+/// the coordinates apart, whatever the others are (a kept arg-max beside its row index).
+/// (Two uses fused in one kernel would not be injective together.)
 template <class M, std::size_t RD>
 struct injective_map;
 template <class... Ax, std::size_t RD>
 struct injective_map<tuple<Ax...>, RD> {
   static constexpr bool value = [] {
-    if (!(injective_ax<Ax>::value && ...)) return false;
     return [&]<std::size_t... J>(std::index_sequence<J...>) {
-      return ((count_deps<tuple<Ax...>, J>::value <= 1) && ...);
+      bool const separate = (injective_ax<Ax>::value && ...) &&
+                            ((count_deps<tuple<Ax...>, J>::value <= 1) && ...);
+      bool const covered = ((count_deps<tuple<Ax...>, J>::value == 0 ||
+                             dom_component<tuple<Ax...>, J>::value >= 0) && ...);
+      return separate || covered;
     }(std::make_index_sequence<RD>{});
   }();
 };

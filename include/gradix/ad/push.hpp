@@ -130,48 +130,54 @@ constexpr auto cat_all(A const& a, R const&... r) {
 }  // namespace detail
 
 namespace detail {
-/// Is plan element E a use of region Top (entered with map type M) that joins its multi_use:
-/// a plain use whose value is a path derivative of Top into a full target, or a multi_use of
-/// that region already?
+/// The inner axes with which plan element E can join region Top's multi_use (entered with map
+/// type M), as a mask (0: it cannot): a plain use whose value is a path derivative of Top
+/// (ad::member_axes_v), or a multi_use of that region already (its own inner axis).
 template <class E, class Top, class M>
-inline constexpr bool joins_region_v = [] {
-  if constexpr (is_plain_use<E>::value) return region_member_v<E, Top, M>;
-  else if constexpr (is_multi<E>::value) return std::is_same_v<typename E::top_type, Top> &&
-                                                std::is_same_v<typename E::tmap_type, M>;
-  else return false;
-}();
+constexpr std::uint64_t join_axes() {
+  if constexpr (is_plain_use<E>::value) {
+    return member_axes_v<E, Top, M>;
+  } else if constexpr (is_multi<E>::value) {
+    if constexpr (std::is_same_v<typename E::top_type, Top> && std::is_same_v<typename E::tmap_type, M>)
+      return std::uint64_t(1) << E::inner_axis;
+    else
+      return 0;
+  } else {
+    return 0;
+  }
+}
 
-/// The domain axis a joining element's loop nest walks innermost (that of its target's
-/// contiguous axis; a multi_use: its first member's).
+/// Which elements of a plan tuple tuple<E...> join region Top's multi_use, and its inner axis:
+/// the axis with which the most uses can join (a multi_use counts its members); ties go to
+/// the axis along which the top's layout is contiguous, then to the last axis. Elements that
+/// cannot join with it (targets of another layout, whose contiguous axis is another domain
+/// axis) keep kernels of their own.
 template <class E>
-constexpr int inner_axis_of() {
-  if constexpr (is_multi<E>::value)
-    return kernel_traits<std::remove_cvref_t<decltype(get<0>(std::declval<E const&>().uses_))>>::inner_axis;
-  else if constexpr (is_plain_use<E>::value)
-    return kernel_traits<E>::inner_axis;
-  else
-    return -1;
-}
-template <class E, class Top, class M>
-constexpr int joining_axis() {
-  if constexpr (joins_region_v<E, Top, M>) return inner_axis_of<E>();
-  else return -2;
-}
-
-/// Which elements of a plan tuple tuple<E...> join region Top's multi_use: those that can,
-/// with the inner axis of the first of them (targets of another layout, whose contiguous
-/// axis is another domain axis, keep kernels of their own).
+inline constexpr std::size_t uses_of_v = 1;
+template <int I, class Top, class TMap, class V0, class... U>
+inline constexpr std::size_t uses_of_v<multi_use<I, Top, TMap, V0, U...>> = sizeof...(U);
 template <class Top, class M, class... E>
 struct region_members {
   static constexpr std::size_t n = sizeof...(E);
-  static constexpr int axis[n + 1] = {joining_axis<E, Top, M>()..., -2};
-  static constexpr int first_axis = [] {
-    for (std::size_t j = 0; j < n; ++j)
-      if (axis[j] != -2) return axis[j];
-    return -2;
+  static constexpr std::uint64_t axes[n + 1] = {join_axes<E, Top, M>()..., 0};
+  static constexpr std::size_t weight[n + 1] = {uses_of_v<E>..., 0};
+  static constexpr int top_axis = dom_component_of<M, layout_of_t<Top>::template unit_axis<shape_of_t<Top>::rank>>::value;
+  static constexpr int axis = [] {
+    int best = -1;
+    std::size_t best_score = 0;
+    for (int j = 0; j < 64; ++j) {
+      std::size_t c = 0;
+      for (std::size_t k = 0; k < n; ++k) c += ((axes[k] >> j) & 1) ? weight[k] : 0;
+      if (c == 0) continue;
+      std::size_t score = c * 2 + (j == top_axis ? 1 : 0);
+      if (score >= best_score) {
+        best = j;
+        best_score = score;
+      }
+    }
+    return best;
   }();
-  static constexpr bool mem[n + 1] = {(joining_axis<E, Top, M>() != -2 &&
-                                       joining_axis<E, Top, M>() == first_axis)..., false};
+  static constexpr bool mem[n + 1] = {(axis >= 0 && ((join_axes<E, Top, M>() >> (axis < 0 ? 0 : axis)) & 1))..., false};
   static constexpr std::size_t count = [] {
     std::size_t c = 0;
     for (std::size_t j = 0; j < n; ++j) c += mem[j] ? 1 : 0;
@@ -198,7 +204,7 @@ struct region_members {
 };
 
 /// A joining element as a multi_use (a plain use becomes a one-member multi_use).
-template <class Top, class M, class E>
+template <int I, class Top, class M, class E>
 constexpr auto as_multi(E const& e) {
   if constexpr (is_multi<E>::value) {
     return e;
@@ -212,13 +218,13 @@ constexpr auto as_multi(E const& e) {
     }();
     using MU = member_use<typename E::domain_type, typename E::value_expr, typename E::map_type,
                           typename E::storage_type>;
-    return multi_use<Top, M, V0, MU>{am.sub_.top_, am.map_, v0, make_tuple(MU{e.dom_, e.map_, e.target_})};
+    return multi_use<I, Top, M, V0, MU>{am.sub_.top_, am.map_, v0, make_tuple(MU{e.dom_, e.map_, e.target_})};
   }
 }
 /// Two multi_uses of one region as one (members in order).
-template <class Top, class M, class V0, class... A, class... B>
-constexpr auto merge_multi(multi_use<Top, M, V0, A...> const& a, multi_use<Top, M, V0, B...> const& b) {
-  return multi_use<Top, M, V0, A..., B...>{a.top_, a.tmap_, a.v0_, tuple_cat(a.uses_, b.uses_)};
+template <int I, class Top, class M, class V0, class... A, class... B>
+constexpr auto merge_multi(multi_use<I, Top, M, V0, A...> const& a, multi_use<I, Top, M, V0, B...> const& b) {
+  return multi_use<I, Top, M, V0, A..., B...>{a.top_, a.tmap_, a.v0_, tuple_cat(a.uses_, b.uses_)};
 }
 template <class A>
 constexpr A const& merge_all(A const& a) {
@@ -232,16 +238,16 @@ template <class Top, class M, class... E>
 inline constexpr bool same_v0_v = [] {
   using RM = region_members<Top, M, E...>;
   return []<std::size_t... Q>(std::index_sequence<Q...>) {
-    using F = decltype(as_multi<Top, M>(std::declval<std::tuple_element_t<RM::idx[0], std::tuple<E...>>>()));
-    return (std::is_same_v<typename decltype(as_multi<Top, M>(std::declval<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>>()))::v0_type,
+    using F = decltype(as_multi<RM::axis, Top, M>(std::declval<std::tuple_element_t<RM::idx[0], std::tuple<E...>>>()));
+    return (std::is_same_v<typename decltype(as_multi<RM::axis, Top, M>(std::declval<std::tuple_element_t<RM::idx[Q], std::tuple<E...>>>()))::v0_type,
                            typename F::v0_type> && ...);
   }(std::make_index_sequence<RM::count>{});
 }();
 }  // namespace detail
 
 /// Where a region starts (at node Top, entered with map type M), and at each binary node
-/// inside it: the uses its push produced that are plain path derivatives of Top into full
-/// targets (ad::region_member_v), and multi_uses of Top made further down, become one
+/// inside it: the uses its push produced that are plain path derivatives of Top
+/// (ad::member_axes_v), and multi_uses of Top made further down, become one
 /// multi_use kernel, at the place of the first of them (when there are two or more, or when
 /// one multi_use is among them). The other plan elements keep their order.
 template <class Top, class M, class... E>
@@ -253,7 +259,7 @@ constexpr auto group_region(tuple<E...> const& r) {
     return r;
   } else {
     auto group = [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-      return detail::merge_all(detail::as_multi<Top, M>(get<RM::idx[Q]>(r))...);
+      return detail::merge_all(detail::as_multi<RM::axis, Top, M>(get<RM::idx[Q]>(r))...);
     }(std::make_index_sequence<RM::count>{});
     return [&]<std::size_t... J>(std::index_sequence<J...>) {
       auto piece = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {

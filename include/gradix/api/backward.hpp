@@ -46,8 +46,8 @@ template <class U>
 inline constexpr std::size_t uses_in_v = 1;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
-template <class Top, class M, class V0, class... U>
-inline constexpr std::size_t uses_in_v<ad::multi_use<Top, M, V0, U...>> = sizeof...(U);
+template <int I, class Top, class M, class V0, class... U>
+inline constexpr std::size_t uses_in_v<ad::multi_use<I, Top, M, V0, U...>> = sizeof...(U);
 template <class Plan>
 struct plan_uses;
 template <class... E>

@@ -562,46 +562,120 @@ void run(ad::fused_use<U1, U2> const& f) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Several uses of one region (ad::multi_use): one loop nest over the shared domain, one
-// reverse sweep of the region per element (eval/sweep.hpp) giving every use's adjoint, each
-// added to its target in use order. The maps are injective with no projected axis, so the
-// outer coordinates split freely over threads.
+// Several uses of one region (ad::multi_use): one loop nest over the shared domain (axis I
+// innermost), one reverse sweep of the region per element (eval/sweep.hpp) giving every
+// use's adjoint, each added to its target in use order. Members with projected axes
+// (ad::member_kind) sum first: a column member sums the inner range in registers and adds
+// once per outer coordinate; row and scalar members (and column members of a domain with one
+// outer coordinate) sum into per-block partials, and the partials are added to the target in
+// block order at the end. The blocks are fixed by the domain's extents alone, so the result
+// has the same bits with any number of threads.
 
 namespace detail {
-template <class Top, class TMap, class V0, class... U>
+template <int I, class Top, class TMap, class V0, class... U>
 struct multi_parts {
   using U0 = std::tuple_element_t<0, std::tuple<U...>>;
   using T = value_type_t<Top>;
+  static constexpr std::size_t RD = U0::domain_type::rank;
+  static constexpr std::size_t NU = sizeof...(U);
+  static_assert((std::is_same_v<typename U::domain_type, typename U0::domain_type> && ...),
+                "gradix internal: the members of a multi_use have one domain");
   using PL = ad::path_list<typename ad::region_value<typename U::value_expr>::path_type...>;
   using sweep_type = ev::sweep<Top, PL>;
-  static constexpr bool negative[sizeof...(U)] = {ad::region_value<typename U::value_expr>::negative...};
+  static constexpr bool negative[NU] = {ad::region_value<typename U::value_expr>::negative...};
+  static constexpr ad::member_kind kind[NU] = {
+      ad::member_kind_v<ad::kernel_traits<U>::projected_mask, RD, I>...};
+  /// outer coordinates: every domain axis but I
+  static constexpr std::uint64_t outer = ad::all_axes_v<RD> & ~(std::uint64_t(1) << I);
+  static constexpr bool has(ad::member_kind k) {
+    for (std::size_t j = 0; j < NU; ++j)
+      if (kind[j] == k) return true;
+    return false;
+  }
+  static constexpr std::size_t count(ad::member_kind k) {
+    std::size_t c = 0;
+    for (std::size_t j = 0; j < NU; ++j) c += kind[j] == k ? 1 : 0;
+    return c;
+  }
   static constexpr bool has_v0 = !std::is_same_v<V0, ad::no_v0>;
   using v0_expr = std::conditional_t<has_v0, V0, ad::one_node<T, typename U0::domain_type>>;
-  static constexpr v0_expr v0_of(ad::multi_use<Top, TMap, V0, U...> const& mu) {
+  static constexpr v0_expr v0_of(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
     if constexpr (has_v0) return mu.v0_;
     else return v0_expr{get<0>(mu.uses_).dom_};
   }
 };
+
+/// How a multi_use runs: its loop sizes, and its blocks when a member sums over outer
+/// coordinates (or over the inner axis of a domain with one outer coordinate). Blocks split
+/// the outer coordinates (`by_outer`) or, with one outer coordinate, the inner axis at whole
+/// cache lines; each holds a partial row per row member and a partial per scalar member (and
+/// per column member when the inner axis is split), `stride` elements of T in all, padded
+/// to a cache line. Everything here depends on the extents only, never on the thread count.
+struct multi_layout {
+  index_t n_outer = 1, n_in = 1;
+  bool empty = false;
+  index_t nb = 0;  // blocks (0: none needed)
+  bool by_outer = true;
+  index_t chunk = 0;    // inner elements per block when !by_outer
+  index_t row_len = 0;  // elements of T per partial row (n_in, padded to a cache line)
+  index_t stride = 0;   // elements of T per block
+};
+template <class P, class MU>
+constexpr multi_layout layout_of(MU const& mu) {
+  using T = typename P::T;
+  constexpr int I = MU::inner_axis;
+  multi_layout z;
+  auto ext = get<0>(mu.uses_).dom_.extents();
+  for (std::size_t j = 0; j < P::RD; ++j) {
+    if (ext[j] == 0) z.empty = true;
+    if ((P::outer >> j) & 1) z.n_outer *= ext[j];
+  }
+  z.n_in = ext[std::size_t(I)];
+  if (z.empty) return z;
+  z.by_outer = z.n_outer >= 2;
+  bool const blocks = P::has(ad::member_kind::row) || P::has(ad::member_kind::scalar) ||
+                      (!z.by_outer && P::has(ad::member_kind::column));
+  if (!blocks) return z;
+  constexpr index_t line = index_t(64 / sizeof(T));
+  constexpr index_t max_blocks = 64;
+  index_t const units = z.by_outer ? z.n_outer : (z.n_in + line - 1) / line;
+  index_t nb = z.n_outer * z.n_in / parallel_min_elements;
+  nb = nb < 1 ? 1 : nb;
+  nb = nb > max_blocks ? max_blocks : nb;
+  nb = nb > units ? units : nb;
+  z.nb = nb;
+  if (!z.by_outer) {
+    z.chunk = ((z.n_in + nb - 1) / nb + line - 1) / line * line;
+    z.nb = (z.n_in + z.chunk - 1) / z.chunk;
+  }
+  index_t const rows = z.by_outer ? index_t(P::count(ad::member_kind::row)) : 0;
+  index_t const scalars = index_t(P::count(ad::member_kind::scalar)) +
+                          (z.by_outer ? 0 : index_t(P::count(ad::member_kind::column)));
+  z.row_len = (z.n_in + line - 1) / line * line;
+  z.stride = (rows * z.row_len + scalars + line - 1) / line * line;
+  return z;
+}
 }  // namespace detail
 
-template <class Top, class TMap, class V0, class... U>
-constexpr void prepare(ad::multi_use<Top, TMap, V0, U...> const& mu) {
+template <int I, class Top, class TMap, class V0, class... U>
+constexpr void prepare(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
   for_each_element(mu.uses_, [](auto const& u) { prepare(u); });
 }
-template <class Top, class TMap, class V0, class... U>
-std::size_t scratch_bytes(ad::multi_use<Top, TMap, V0, U...> const&) {
-  return 0;
+/// The per-block partials (detail::multi_layout).
+template <int I, class Top, class TMap, class V0, class... U>
+std::size_t scratch_bytes(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
+  using P = detail::multi_parts<I, Top, TMap, V0, U...>;
+  auto const z = detail::layout_of<P>(mu);
+  return z.empty ? 0 : std::size_t(z.nb) * std::size_t(z.stride) * sizeof(typename P::T);
 }
 
 /// One element at a time over the whole domain (constant evaluation).
-template <class Top, class TMap, class V0, class... U>
-constexpr void run_serial(ad::multi_use<Top, TMap, V0, U...> const& mu) {
-  using P = detail::multi_parts<Top, TMap, V0, U...>;
-  using U0 = typename P::U0;
+template <int I, class Top, class TMap, class V0, class... U>
+constexpr void run_serial(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
+  using P = detail::multi_parts<I, Top, TMap, V0, U...>;
   using T = typename P::T;
-  constexpr std::size_t RD = U0::domain_type::rank;
-  constexpr std::size_t NU = sizeof...(U);
-  constexpr std::uint64_t all_mask = RD >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << RD) - 1;
+  constexpr std::size_t RD = P::RD;
+  constexpr std::size_t NU = P::NU;
   auto const& u0 = get<0>(mu.uses_);
   auto ext = u0.dom_.extents();
   for (std::size_t j = 0; j < RD; ++j)
@@ -624,24 +698,22 @@ constexpr void run_serial(ad::multi_use<Top, TMap, V0, U...> const& mu) {
       }
       ++k;
     });
-  } while (detail::next_coord(d, ext, all_mask));
+  } while (detail::next_coord(d, ext, ad::all_axes_v<RD>));
 }
 
-template <class Top, class TMap, class V0, class... U>
-void run(ad::multi_use<Top, TMap, V0, U...> const& mu) {
-  using P = detail::multi_parts<Top, TMap, V0, U...>;
-  using U0 = typename P::U0;
-  using K = ad::kernel_traits<U0>;
+template <int I, class Top, class TMap, class V0, class... U>
+void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
+  using P = detail::multi_parts<I, Top, TMap, V0, U...>;
   using T = typename P::T;
-  constexpr std::size_t RD = K::domain_rank;
-  constexpr std::size_t NU = sizeof...(U);
-  constexpr int I = K::inner_axis;
-  constexpr std::uint64_t O = detail::outer_mask_v<K>;
+  using ad::member_kind;
+  constexpr std::size_t RD = P::RD;
+  constexpr std::size_t NU = P::NU;
+  constexpr std::uint64_t O = P::outer;
+  auto const z = detail::layout_of<P>(mu);
+  if (z.empty) return;
   auto const& u0 = get<0>(mu.uses_);
-  auto const sizes = detail::sizes_of(u0);
-  if (sizes.empty) return;
   auto ext = u0.dom_.extents();
-  index_t const n_outer = sizes.n_outer, n_in = sizes.n_in;
+  index_t const n_outer = z.n_outer, n_in = z.n_in;
 
   // the kernel's state, in locals: the gradient stores cannot alias it
   typename P::sweep_type const sw(mu.top_);
@@ -650,51 +722,86 @@ void run(ad::multi_use<Top, TMap, V0, U...> const& mu) {
   static_assert(TI >= 0, "gradix internal: a multi_use whose top does not follow the inner axis");
   index_t const tscale = get<std::size_t(TI)>(tmap).scale_;
   ev::evaluator<typename P::v0_expr> const v0ev(P::v0_of(mu));
+  // Per member k: where its adjoints go. sums[k]: the inner range is summed first (column
+  // and scalar members); part[k]: into the block partials at offset poff[k] (a row: stride 1).
+  constexpr auto sums = [] {
+    array<bool, NU> r{};
+    for (std::size_t k = 0; k < NU; ++k)
+      r[k] = P::kind[k] == member_kind::column || P::kind[k] == member_kind::scalar;
+    return r;
+  }();
   T* data[NU];
-  index_t tstride[NU];
+  index_t tst[NU];  // the target's stride along I (full and row members)
+  index_t st[NU];
+  bool part[NU];
+  index_t poff[NU];
   bool unit = tscale == 1;
   {
     std::size_t k = 0;
+    index_t row_q = 0, scal_q = 0;
+    index_t const rows = z.by_outer ? index_t(P::count(member_kind::row)) : 0;
     for_each_element(mu.uses_, [&](auto const& u) {
       using KU = ad::kernel_traits<std::remove_cvref_t<decltype(u)>>;
+      member_kind const kd = P::kind[k];
       data[k] = u.target_ ? u.target_->data() : nullptr;
-      tstride[k] = u.target_ ? u.target_->strides()[std::size_t(KU::target_unit_axis)] *
-                                   get<std::size_t(KU::target_unit_axis)>(u.map_).scale_
-                             : 0;
-      unit = unit && (!u.target_ || tstride[k] == 1);
+      part[k] = z.nb > 0 && ((kd == member_kind::row && z.by_outer) || kd == member_kind::scalar ||
+                             (kd == member_kind::column && !z.by_outer));
+      poff[k] = 0;
+      if (part[k]) poff[k] = kd == member_kind::row ? z.row_len * row_q++ : z.row_len * rows + scal_q++;
+      tst[k] = 0;
+      constexpr int CI = ad::dom_component<typename KU::M, std::size_t(I)>::value;  // reaches I
+      if constexpr (CI >= 0) {
+        if (u.target_) tst[k] = u.target_->strides()[std::size_t(CI)] * get<std::size_t(CI)>(u.map_).scale_;
+      }
       ++k;
     });
   }
-  // elements [i0, i1) of the inner axis at outer coordinate o
-  auto body = [&](coord<RD> const& o, index_t i0, index_t i1) {
-    T* tp[NU];
+  // the strides of the per-element adds, and whether they all allow packs
+  auto strides = [&] {
+    unit = tscale == 1;
+    for (std::size_t k = 0; k < NU; ++k) {
+      st[k] = part[k] ? 1 : tst[k];
+      if (data[k] && !sums[k]) unit = unit && st[k] == 1;
+    }
+  };
+  strides();
+  // elements [i0, i1) of the inner axis at outer coordinate o; blk: the block's partials
+  auto body = [&](coord<RD> const& o, index_t i0, index_t i1, T* blk) {
+    T* dst[NU];
     {
       std::size_t k = 0;
       for_each_element(mu.uses_, [&](auto const& u) {
         using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
-        tp[k] = data[k] ? data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, o))
-                        : nullptr;
+        dst[k] = !data[k] ? nullptr
+                 : part[k] ? blk + poff[k]
+                           : data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, o));
         ++k;
       });
     }
     auto in = sw.template outer<TI>(ev::map_value(tmap, o));
     auto vin = v0ev.template outer<I>(o);
+    T sum[NU] = {};  // the summed members' totals over [i0, i1)
     index_t i = i0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
     if (unit) {
       constexpr int W = simd::width<T>;
       using X = simd::pack<T, W>;
+      X acc[NU] = {};
       for (; i + W <= i1; i += W) {
         auto f = in.template fwd<X>(i);
         X a = ev::pack_as<T, W>(vin, i);
         X out[NU] = {};
         in.bwd(f, a, out);
         for (std::size_t k = 0; k < NU; ++k) {
-          if (!tp[k]) continue;
+          if (!dst[k]) continue;
           X x = P::negative[k] ? X(-out[k]) : out[k];
-          simd::store<T, W>(tp[k] + i, simd::load<T, W>(tp[k] + i) + x);
+          if (sums[k]) acc[k] += x;
+          else simd::store<T, W>(dst[k] + i, simd::load<T, W>(dst[k] + i) + x);
         }
       }
+      for (std::size_t k = 0; k < NU; ++k)
+        if (sums[k])
+          for (int w = 0; w < W; ++w) sum[k] += acc[k][w];  // lanes in order
     }
 #endif
     for (; i < i1; ++i) {
@@ -704,35 +811,88 @@ void run(ad::multi_use<Top, TMap, V0, U...> const& mu) {
       T out[NU] = {};
       in.bwd(f, a, out);
       for (std::size_t k = 0; k < NU; ++k) {
-        if (!tp[k]) continue;
+        if (!dst[k]) continue;
         T x = P::negative[k] ? T(-out[k]) : out[k];
-        tp[k][i * tstride[k]] += x;
+        if (sums[k]) sum[k] += x;
+        else dst[k][i * st[k]] += x;
       }
     }
+    for (std::size_t k = 0; k < NU; ++k)
+      if (sums[k] && dst[k]) *dst[k] += sum[k];
   };
   bool const parallel = n_outer * n_in >= 2 * parallel_min_elements && pool().size() > 1;
-  if (parallel && n_outer == 1) {
-    // one outer coordinate (a vector domain): split the inner axis, at whole cache lines
-    coord<RD> const o{};
-    parallel_ranges(n_in, [&](index_t a, index_t b) { body(o, a, b); });
+  T* const base = z.nb > 0 ? scratch().try_get<T>(std::size_t(z.nb) * std::size_t(z.stride)) : nullptr;
+  if (z.nb == 0 || !base) {
+    // No partials (full and column members only; or, should backward's pre-pass not have
+    // reserved them, which it always does, serially and without partials)
+    if (z.nb > 0) {
+      for (std::size_t k = 0; k < NU; ++k) part[k] = false;
+      strides();
+      coord<RD> o{};
+      do body(o, 0, n_in, nullptr);
+      while (detail::next_coord(o, ext, O));
+      return;
+    }
+    if (parallel && n_outer == 1) {
+      // one outer coordinate (a vector domain): split the inner axis, at whole cache lines
+      coord<RD> const o{};
+      parallel_ranges(n_in, [&](index_t a, index_t b) { body(o, a, b, nullptr); });
+      return;
+    }
+    if (!parallel || n_outer < 2) {
+      coord<RD> o{};
+      do body(o, 0, n_in, nullptr);
+      while (detail::next_coord(o, ext, O));
+      return;
+    }
+    parallel_ranges(
+        n_outer,
+        [&](index_t a, index_t b) {
+          coord<RD> o = detail::nth_coord(ext, O, a);
+          for (index_t k = a; k < b; ++k) {
+            body(o, 0, n_in, nullptr);
+            detail::next_coord(o, ext, O);
+          }
+        },
+        std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
     return;
   }
-  if (!parallel || n_outer < 2) {
-    coord<RD> o{};
-    do body(o, 0, n_in);
-    while (detail::next_coord(o, ext, O));
-    return;
-  }
-  parallel_ranges(
-      n_outer,
-      [&](index_t a, index_t b) {
-        coord<RD> o = detail::nth_coord(ext, O, a);
-        for (index_t k = a; k < b; ++k) {
-          body(o, 0, n_in);
-          detail::next_coord(o, ext, O);
-        }
-      },
-      std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
+  // Blocks with partials: each block zeroes and fills its own; any thread, any order.
+  index_t const nb = z.nb, stride = z.stride;
+  auto block = [&](index_t b) {
+    T* blk = base + b * stride;
+    for (index_t q = 0; q < stride; ++q) blk[q] = T(0);
+    if (z.by_outer) {
+      index_t const a = n_outer * b / nb, e = n_outer * (b + 1) / nb;
+      coord<RD> o = detail::nth_coord(ext, O, a);
+      for (index_t k = a; k < e; ++k) {
+        body(o, 0, n_in, blk);
+        detail::next_coord(o, ext, O);
+      }
+    } else {
+      index_t const a = b * z.chunk, e = a + z.chunk < n_in ? a + z.chunk : n_in;
+      body(coord<RD>{}, a, e, blk);
+    }
+  };
+  if (parallel && nb >= 2) pool().run(nb, block);
+  else
+    for (index_t b = 0; b < nb; ++b) block(b);
+  // the partials, in block order, added once to each target
+  std::size_t k = 0;
+  for_each_element(mu.uses_, [&](auto const& u) {
+    if (part[k] && data[k]) {
+      using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
+      T* const t = data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, coord<RD>{}));
+      index_t const len = P::kind[k] == member_kind::row ? n_in : 1;
+      index_t const ts = tst[k];
+      for (index_t i = 0; i < len; ++i) {
+        T acc = base[poff[k] + i];
+        for (index_t b = 1; b < nb; ++b) acc += base[b * stride + poff[k] + i];
+        t[i * ts] += acc;
+      }
+    }
+    ++k;
+  });
 }
 
 }  // namespace gradix::host
