@@ -158,10 +158,28 @@ struct node_label_of<broadcast_node<A, S>> {
   static constexpr char const* get() { return "broadcast_to"; }
 };
 
+/// Nodes that only rearrange their operand's elements (index and view nodes, detach): with a
+/// finite operand, which the children-first walk has checked before, their values are finite,
+/// so they are not evaluated on their own (nor instantiated for it: compile time).
+template <class N>
+struct rearranges : std::false_type {};
+template <class A, std::size_t Axis, class Idx>
+struct rearranges<index_node<A, Axis, Idx>> : std::true_type {};
+template <class A, std::size_t... P>
+struct rearranges<permute_node<A, P...>> : std::true_type {};
+template <class A, std::size_t Axis>
+struct rearranges<unsqueeze_node<A, Axis>> : std::true_type {};
+template <class A, class S>
+struct rearranges<reshape_node<A, S>> : std::true_type {};
+template <class A, class S>
+struct rearranges<broadcast_node<A, S>> : std::true_type {};
+template <class A>
+struct rearranges<detach_node<A>> : std::true_type {};
+
 /// The first non-finite element of node n over its whole shape (row-major order), computed
 /// element by element with n's evaluator.
 template <class N>
-nonfinite_at first_nonfinite(N const& n) {
+[[gnu::cold]] nonfinite_at first_nonfinite(N const& n) {
   using T = value_type_t<N>;
   constexpr std::size_t R = shape_of_t<N>::rank;
   if constexpr (!std::is_floating_point_v<T>) {
@@ -200,19 +218,24 @@ inline std::string describe_nonfinite(bool leaf, char const* label, std::string 
 /// costs compile time in every translation unit; without it the message names the input
 /// that holds the value, or says that the expression produced it.
 template <class N>
-bool locate_nonfinite(N const& n, std::string& msg) {
-  if constexpr (requires { n.lhs_; n.rhs_; }) {
-    if (locate_nonfinite(n.lhs_, msg) || locate_nonfinite(n.rhs_, msg)) return true;
-  } else if constexpr (requires { n.arg_; }) {
-    if (locate_nonfinite(n.arg_, msg)) return true;
-  }
+bool locate_nonfinite(N const& n, std::string& msg);
+/// The same over n's operands only.
+template <class N>
+[[gnu::cold]] bool locate_in_operands(N const& n, std::string& msg) {
+  if constexpr (requires { n.lhs_; n.rhs_; }) return locate_nonfinite(n.lhs_, msg) || locate_nonfinite(n.rhs_, msg);
+  else if constexpr (requires { n.arg_; }) return locate_nonfinite(n.arg_, msg);
+  else return false;
+}
+template <class N>
+[[gnu::cold]] bool locate_nonfinite(N const& n, std::string& msg) {
+  if (locate_in_operands(n, msg)) return true;
   constexpr bool leaf = is_view_v<N> || is_param_node<N>::value;
   nonfinite_at r;
   if constexpr (is_param_node<N>::value) {
     r = scan_view(n.view_);
   } else if constexpr (is_view_v<N>) {
     r = scan_view(n);
-  } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>>) {
+  } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>> && !rearranges<N>::value) {
 #if defined(GRADIX_CHECK_FINITE_NODES)
     r = first_nonfinite(n);
 #endif
@@ -232,7 +255,25 @@ void check_finite_forward(char const* op, V const& result, E const& e) {
   nonfinite_at r = scan_view(result);
   if (!r.found) return;
   std::string where;
-  if (!locate_nonfinite(e, where)) {
+  bool found = false;
+#if defined(GRADIX_CHECK_FINITE_NODES)
+  // the root's values are the result: when its operands are finite, the root produced the
+  // element found above (it is not evaluated again)
+  using N = std::remove_cvref_t<E>;
+  if constexpr (!is_view_v<N> && !is_param_node<N>::value && !rearranges<N>::value &&
+                !std::is_same_v<N, scalar_node<value_type_t<N>>>) {
+    found = locate_in_operands(e, where);
+    if (!found) {
+      where = describe_nonfinite(false, node_label_of<N>::get(), to_string(e.shape()), r);
+      found = true;
+    }
+  } else {
+    found = locate_nonfinite(e, where);
+  }
+#else
+  found = locate_nonfinite(e, where);
+#endif
+  if (!found) {
 #if defined(GRADIX_CHECK_FINITE_NODES)
     where = "no node produced it on its own";
 #else

@@ -311,17 +311,26 @@ constexpr To shape_cast(From const& from, char const* op = "gradix::shape_cast")
   return to;
 }
 
+namespace detail {
+/// "[3, 4]" from n extents (one function for every shape type).
+[[gnu::noinline, gnu::cold]] inline std::string extents_to_string(index_t const* e, std::size_t n) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) r += ", ";
+    r += std::to_string(e[i]);
+  }
+  return r + "]";
+}
+}  // namespace detail
+
 /// "[3, 4]" for error messages and printing.
 template <class S>
 std::string to_string(S const& s)
   requires is_shape_v<S>
 {
-  std::string r = "[";
-  for (std::size_t i = 0; i < S::rank; ++i) {
-    if (i) r += ", ";
-    r += std::to_string(s.extent(i));
-  }
-  return r + "]";
+  index_t e[S::rank > 0 ? S::rank : 1] = {};
+  for (std::size_t i = 0; i < S::rank; ++i) e[i] = s.extent(i);
+  return detail::extents_to_string(e, S::rank);
 }
 
 /// Normalizes a possibly negative axis (-1 = last) against rank R; R itself when invalid.

@@ -54,16 +54,23 @@ class thread_pool {
       for (index_t k = 0; k < n; ++k) f(k);
       return;
     }
+    run_erased(n, [](void* ctx, index_t k) { (*static_cast<F*>(ctx))(k); }, &f);
+  }
+
+ private:
+  /// The pool's side of run(), once per program rather than once per task type (every
+  /// kernel's instantiation of run() is a small thunk around this).
+  [[gnu::noinline]] void run_erased(index_t n, void (*fn)(void*, index_t), void* ctx) {
     std::unique_lock<std::mutex> busy(run_mutex_);  // one job at a time
     if (workers_.empty()) {  // resized to 1 thread while this caller waited
       busy.unlock();
-      for (index_t k = 0; k < n; ++k) f(k);
+      for (index_t k = 0; k < n; ++k) fn(ctx, k);
       return;
     }
     {
       std::lock_guard<std::mutex> lk(m_);
-      fn_ = [](void* ctx, index_t k) { (*static_cast<F*>(ctx))(k); };
-      ctx_ = &f;
+      fn_ = fn;
+      ctx_ = ctx;
       ntasks_ = n;
       next_.store(0, std::memory_order_relaxed);
       int helpers = int(std::min<index_t>(n - 1, index_t(workers_.size())));
@@ -78,7 +85,6 @@ class thread_pool {
     fn_ = nullptr;
   }
 
- private:
   static bool& in_worker() {
     thread_local bool flag = false;
     return flag;
