@@ -176,8 +176,37 @@ struct rearranges<broadcast_node<A, S>> : std::true_type {};
 template <class A>
 struct rearranges<detach_node<A>> : std::true_type {};
 
+/// The value of node n at coordinate c, as its evaluator computes it. Elementwise nodes get
+/// one function per node type that calls their operands' (never inlined), so naming the node
+/// that produced a value costs O(1) code per node; an evaluator per node (whose code holds
+/// its whole subtree) made it O(depth^2) for a chain. Other nodes use their evaluator.
+template <class N>
+[[gnu::noinline, gnu::cold]] value_type_t<N> node_value_at(N const& n, coord<shape_of_t<N>::rank> const& c);
+template <class Op, class A>
+[[gnu::noinline, gnu::cold]] value_type_t<unary_node<Op, A>> node_value_at(
+    unary_node<Op, A> const& n, coord<shape_of_t<A>::rank> const& c);
+template <class Op, class L, class R>
+[[gnu::noinline, gnu::cold]] value_type_t<binary_node<Op, L, R>> node_value_at(
+    binary_node<Op, L, R> const& n, coord<shape_of_t<binary_node<Op, L, R>>::rank> const& c);
+
+template <class N>
+value_type_t<N> node_value_at(N const& n, coord<shape_of_t<N>::rank> const& c) {
+  return ev::evaluator<N>(n)(c);
+}
+template <class Op, class A>
+value_type_t<unary_node<Op, A>> node_value_at(unary_node<Op, A> const& n, coord<shape_of_t<A>::rank> const& c) {
+  return Op::value(node_value_at(n.arg_, c));
+}
+template <class Op, class L, class R>
+value_type_t<binary_node<Op, L, R>> node_value_at(binary_node<Op, L, R> const& n,
+                                                  coord<shape_of_t<binary_node<Op, L, R>>::rank> const& c) {
+  using V = value_type_t<binary_node<Op, L, R>>;
+  return Op::value(V(node_value_at(n.lhs_, ev::operand_coord<shape_of_t<L>>(c))),
+                   V(node_value_at(n.rhs_, ev::operand_coord<shape_of_t<R>>(c))));
+}
+
 /// The first non-finite element of node n over its whole shape (row-major order), computed
-/// element by element with n's evaluator.
+/// element by element (node_value_at).
 template <class N>
 [[gnu::cold]] nonfinite_at first_nonfinite(N const& n) {
   using T = value_type_t<N>;
@@ -185,12 +214,11 @@ template <class N>
   if constexpr (!std::is_floating_point_v<T>) {
     return {};
   } else {
-    ev::evaluator<N> ev(n);
     auto ext = n.shape().extents();
     index_t const total = n.shape().size();
     coord<R> c{};
     for (index_t k = 0; k < total; ++k) {
-      T v = ev(c);
+      T v = node_value_at(n, c);
       if (!is_finite_value(v)) {
         nonfinite_at r{true, R, {}, double(v)};
         for (std::size_t j = 0; j < R && j < 16; ++j) r.c[j] = c[j];
