@@ -35,8 +35,10 @@ regular generator) are built around one of these, with sub-graphs from the regul
 generator:
 - chain: a deep elementwise chain, 8 to 24 unary/binary nodes (tanh(w * h + b) with
   parameters w, b of h's extents, tanh(h) * c + d, exp(h * 0.5 - 0.5) * 0.5, sigmoid, h * w,
-  h + b, skips to an earlier level, a broadcast bias), its parameters read at several levels
-  and some reused: one elementwise region, whose parameters share one multi_use kernel;
+  h + b, skips to an earlier level, broadcast biases and scales: rows, columns, scalars),
+  its parameters read at several levels and some reused: one elementwise region, whose
+  parameters share one multi_use kernel (the broadcast ones as row, column and scalar
+  members);
 - shared: one sub-expression object h read several times (h * h + tanh(h), a reduction of h
   broadcast back), bare or as gx::saved(h), at one or two levels (the result read again with
   h, maybe saved itself);
@@ -1058,10 +1060,11 @@ class Graph:
         length = 8 + int(16.999 * rng.random() ** 1.6)  # 8 to 24, mean about 14 (compile time)
         start = self.ops
         pool = []
+        bpool = []  # broadcast parameters of this chain
         levels = [h]
         steps = [('affine_tanh', 4), ('tanh_cd', 2), ('exp_half', 1.5), ('sigmoid', 1.5),
                  ('param_mul', 1.5), ('param_add', 1.5), ('sig_mul', 1), ('skip', 1),
-                 ('unary', 1), ('bias_bcast', 0.5)]
+                 ('unary', 1), ('bias_bcast', 1.5), ('scale_bcast', 1)]
         c_of = lambda: rng.choice([0.5, 0.75, 1.5, -0.5, 2.0, -1.25])
         d_of = lambda: rng.choice([0.1, -0.25, 0.5, 0.3, -0.5])
         while self.ops - start < length:
@@ -1111,11 +1114,26 @@ class Graph:
                     h = self.mk_unary('pow', self.need(h, 'posb'), rng.choice([0.5, 2.0, -1.0, 1.5]))
                 else:
                     h = self.mk_unary(op, self.need(h, UNARY[op][2]) if UNARY[op][2] else h)
-            else:  # a broadcast bias: a use with its own kernel
+            else:  # a broadcast bias or scale (a row, a column, a scalar), reused at levels
                 if not shape:
                     continue
-                b = self.leaf(self.bcast_req([(e, False) for e, _ in shape]), None)
-                h = self.mk_binary('+', h, b)
+                dom = 'bnd' if step == 'scale_bcast' else None
+                cands = [w for w in bpool if fits(dom, w.lo, w.hi)]
+                if cands and rng.random() < 0.5:
+                    b = rng.choice(cands)
+                else:
+                    breq = self.bcast_req([(e, False) for e, _ in shape])
+                    if rng.random() < 0.15:
+                        breq = []  # a rank-0 scalar
+                    b = self.leaf(breq, dom)
+                    if b.leaf is not None and rng.random() < 0.9:
+                        self.leaves[b.leaf]['param'] = True
+                    bpool.append(b)
+                if step == 'scale_bcast':
+                    hb = self.need(h, 'bnd')
+                    h = self.mk_binary('*', *((hb, b) if rng.random() < 0.6 else (b, hb)))
+                else:
+                    h = self.mk_binary('+', *((h, b) if rng.random() < 0.7 else (b, h)))
             levels.append(h)
             assert self.satisfies(h, req), (h.shape, req)
         if h.shape and rng.random() < 0.3:  # the chain under a reduction

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -290,8 +291,10 @@ void run(Use const& u) {
   }();
   T const mult = K::collapses_projected ? T(n_proj) : T(1);
 
-  // The work of one outer coordinate o (inner and projected coordinates 0).
-  auto body = [&](coord<RD> const& o) {
+  // The work of one outer coordinate o (inner and projected coordinates 0); without projected
+  // axes (or when they collapse), only the inner elements [i_begin, i_end).
+  auto body = [&](coord<RD> const& o, [[maybe_unused]] index_t i_begin = 0,
+                  [[maybe_unused]] index_t i_end = std::numeric_limits<index_t>::max()) {
     // locals: the gradient stores below cannot alias them
     [[maybe_unused]] index_t const nin = n_in;
     [[maybe_unused]] index_t const ts = tstride;
@@ -313,10 +316,11 @@ void run(Use const& u) {
       constexpr int W = simd::width<T>;
       if constexpr (P == 0 || K::collapses_projected) {
         auto in = vev.template outer<I>(o);
-        index_t i = 0;
+        index_t i = i_begin;
+        index_t const nin_end = i_end < nin ? i_end : nin;
 #if defined(GRADIX_HAS_VECTOR_EXT)
         if (ts == 1) {
-          for (; i + W <= nin; i += W) {
+          for (; i + W <= nin_end; i += W) {
             auto x = ev::pack_as<T, W>(in, i);
             if constexpr (K::collapses_projected) x *= mul;
             simd::store<T, W>(tp + i, simd::load<T, W>(tp + i) + x);
@@ -326,7 +330,7 @@ void run(Use const& u) {
         // no `* mul` unless collapsed (mul is 1 then): g++ may contract a product in v with
         // the addition, and must do so as in the pack loop above and the fused kernel
         // below, so that every path gives the same bits
-        for (T* q = tp + i * ts; i < nin; ++i, q += ts) {
+        for (T* q = tp + i * ts; i < nin_end; ++i, q += ts) {
           T x = T(in.elem(i));
           if constexpr (K::collapses_projected) x *= mul;
           *q += x;
@@ -374,6 +378,14 @@ void run(Use const& u) {
   pair* order = nullptr;
   if constexpr (!K::injective) {
     if (detail::runs_parallel(sizes)) order = scratch().try_get<pair>(std::size_t(n_outer));
+  }
+  if constexpr (K::injective && I >= 0 && (P == 0 || K::collapses_projected)) {
+    // one outer coordinate (a vector domain): split the inner axis, at whole cache lines
+    if (n_outer == 1 && !sizes.empty && tp.size() > 1 && n_in >= 2 * parallel_min_elements) {
+      coord<RD> const o{};
+      parallel_ranges(n_in, [&](index_t a, index_t b) { body(o, a, b); });
+      return;
+    }
   }
   if (!detail::runs_parallel(sizes) || (!K::injective && !order)) {
     coord<RD> o{};
@@ -778,6 +790,12 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
         ++k;
       });
     }
+    // next_same[k]: member k+1 adds to the same elements (the same parameter read at another
+    // level): k's adjoint is carried to it in registers, and the target is read and written
+    // once for the run (a chain of read-modify-writes of one address serialises the loop)
+    bool next_same[NU] = {};
+    for (std::size_t k = 0; k + 1 < NU; ++k)
+      next_same[k] = dst[k] && dst[k + 1] == dst[k] && !sums[k] && !sums[k + 1] && st[k] == st[k + 1];
     auto in = sw.template outer<TI>(ev::map_value(tmap, o));
     auto vin = v0ev.template outer<I>(o);
     T sum[NU] = {};  // the summed members' totals over [i0, i1)
@@ -792,10 +810,13 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
         X a = ev::pack_as<T, W>(vin, i);
         X out[NU] = {};
         in.bwd(f, a, out);
+        X carry{};
         for (std::size_t k = 0; k < NU; ++k) {
           if (!dst[k]) continue;
           X x = P::negative[k] ? X(-out[k]) : out[k];
           if (sums[k]) acc[k] += x;
+          else if (next_same[k]) carry = k > 0 && next_same[k - 1] ? X(carry + x) : x;
+          else if (k > 0 && next_same[k - 1]) simd::store<T, W>(dst[k] + i, simd::load<T, W>(dst[k] + i) + X(carry + x));
           else simd::store<T, W>(dst[k] + i, simd::load<T, W>(dst[k] + i) + x);
         }
       }
@@ -810,10 +831,13 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
       T a = T(vin.elem(i));
       T out[NU] = {};
       in.bwd(f, a, out);
+      T carry{};
       for (std::size_t k = 0; k < NU; ++k) {
         if (!dst[k]) continue;
         T x = P::negative[k] ? T(-out[k]) : out[k];
         if (sums[k]) sum[k] += x;
+        else if (next_same[k]) carry = k > 0 && next_same[k - 1] ? T(carry + x) : x;
+        else if (k > 0 && next_same[k - 1]) dst[k][i * st[k]] += T(carry + x);
         else dst[k][i * st[k]] += x;
       }
     }
