@@ -20,6 +20,7 @@
 #include "gradix/core/math.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/core/tensor.hpp"
+#include "gradix/eval/elementwise.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/expr/visit.hpp"
 #include "gradix/grad/storage.hpp"
