@@ -69,31 +69,23 @@ void parallel_ranges(index_t n, Body&& body, index_t grain = parallel_min_elemen
   p.run(tasks, task);
 }
 
-/// Executor that runs the blocks of a reduction on the thread pool, or (parallel false: a
-/// reduction too small to share) on the calling thread, as ev::serial_exec does.
+/// Executor that runs the blocks of a reduction on the thread pool.
 struct pool_exec {
-  bool parallel = true;
   /// Number of threads that run tasks.
-  index_t workers() const { return parallel ? index_t(pool().size()) : 1; }
+  index_t workers() const { return index_t(pool().size()); }
   template <class F>
   void operator()(index_t n, F&& f) const {
-    if (parallel) {
-      pool().run(n, f);
-    } else {
-      for (index_t k = 0; k < n; ++k) f(k);
-    }
+    pool().run(n, f);
   }
 };
 
-/// The value of a rank-0 expression; a reduction at the root runs its blocks in parallel
-/// when it is large enough. (One executor type for both cases: the reduction's code is
-/// instantiated once per expression, not once per executor.)
+/// The value of a rank-0 expression; a reduction at the root runs its blocks in parallel.
 template <class E>
 constexpr value_type_t<E> value(E const& e) {
   ev::evaluator<E> ev(e);
   if constexpr (is_reduce_node<E>::value) {
-    if (!std::is_constant_evaluated())
-      return ev.compute(coord<0>{}, pool_exec{ev.count() >= 2 * parallel_min_elements});
+    if (!std::is_constant_evaluated() && ev.count() >= 2 * parallel_min_elements)
+      return ev.compute(coord<0>{}, pool_exec{});
   }
   return ev(coord<0>{});
 }
