@@ -518,6 +518,20 @@ class Graph:
             raise Rollback()
         return n
 
+    @staticmethod
+    def reduced(x, axes, keep, op):
+        """The shape and value interval of reduction op of x over axes."""
+        shape = []
+        for k, (e, s) in enumerate(x.shape):
+            if k in axes:
+                if keep:
+                    shape.append((1, True))
+            else:
+                shape.append((e, s))
+        cnt = prod(x.extents[k] for k in axes)
+        lo, hi = (x.lo * cnt, x.hi * cnt) if op == 'sum' else (x.lo, x.hi)
+        return shape, lo, hi
+
     def gen_reduce(self, req, d):
         rng = self.rng
         op = rng.choice(['sum', 'sum', 'mean', 'max'])
@@ -579,15 +593,7 @@ class Graph:
                                          ', gx::keep_dims' if keep else '')
         refe = 'R.reduce(@, rg::%s, %s, {%s}, %s)' % (enum, x.ref, ', '.join(map(str, sorted(axes))),
                                                        'true' if keep else 'false')
-        shape = []
-        for k, (e, s) in enumerate(x.shape):
-            if k in axes:
-                if keep:
-                    shape.append((1, True))
-            else:
-                shape.append((e, s))
-        cnt = prod(x.extents[k] for k in axes)
-        lo, hi = (x.lo * cnt, x.hi * cnt) if op == 'sum' else (x.lo, x.hi)
+        shape, lo, hi = self.reduced(x, axes, keep, op)
         n = self.add(expr, refe, shape, lo, hi, [x])
         assert self.satisfies(n, req), (shape, req)
         return n
@@ -826,15 +832,7 @@ class Graph:
                                          ', gx::keep_dims' if keep else '')
         refe = 'R.reduce(@, rg::%s, %s, {%s}, %s)' % (enum, x.ref, ', '.join(map(str, axes)),
                                                        'true' if keep else 'false')
-        shape = []
-        for k, (e, s) in enumerate(x.shape):
-            if k in axes:
-                if keep:
-                    shape.append((1, True))
-            else:
-                shape.append((e, s))
-        cnt = prod(x.extents[k] for k in axes)
-        lo, hi = (x.lo * cnt, x.hi * cnt) if op == 'sum' else (x.lo, x.hi)
+        shape, lo, hi = self.reduced(x, axes, keep, op)
         return self.add(expr, refe, shape, lo, hi, [x])
 
     def reduced_child(self, req):
