@@ -182,10 +182,7 @@ TEST_CASE_TEMPLATE("multi_use: a two-layer elementwise network, every parameter"
   auto g = gx::grad(net(w1, b1, w2, b2), w2).to_dense();
   gx::zero_grad(w1, b1, w2, b2);
   gx::backward(net(w1, b1, w2, b2));
-  auto gb = w2.grad().to_dense();
-  bool same = true;
-  for (gx::index_t k = 0; k < g.size(); ++k) same = same && g.data()[k] == gb.data()[k];
-  CHECK(same);
+  CHECK(gx::testing::same_bits(g, w2.grad().to_dense()));
 }
 
 TEST_CASE_TEMPLATE("multi_use: signs, a parameter read twice, a factor from outside the region", C,
@@ -281,10 +278,7 @@ void check_bcast_members() {
   auto g = gx::grad(f(X, c, r, s), r).to_dense();
   gx::zero_grad(X, c, r, s);
   gx::backward(f(X, c, r, s));
-  auto gb = r.grad().to_dense();
-  bool same = true;
-  for (gx::index_t k = 0; k < g.size(); ++k) same = same && g.data()[k] == gb.data()[k];
-  CHECK(same);
+  CHECK(gx::testing::same_bits(g, r.grad().to_dense()));
 }
 }  // namespace
 
