@@ -103,6 +103,73 @@ constexpr void run_plan(Plan const& p, char const* op) {
   if (check_finite()) check_finite_gradients(p, op);
 }
 
+/// Number of elements of a plan.
+template <class Plan>
+inline constexpr std::size_t plan_elements_v = 0;
+template <class... E>
+inline constexpr std::size_t plan_elements_v<tuple<E...>> = sizeof...(E);
+
+/// The index of the first plan element that can carry the value of Root
+/// (host::carries_loss_v), or -1.
+template <class Root, class Plan>
+struct loss_carrier;
+template <class Root, class... E>
+struct loss_carrier<Root, tuple<E...>> {
+  static constexpr int value = [] {
+    constexpr bool c[] = {host::carries_loss_v<Root, E>..., false};
+    for (int i = 0; i < int(sizeof...(E)); ++i)
+      if (c[i]) return i;
+    return -1;
+  }();
+};
+
+/// backward(e) for a root whose value a kernel of the plan carries (loss_carrier): runs the
+/// plan as run_plan does, element C through host::run_carrying, and returns e's value (the
+/// bits of host::value(e)). Not in check mode (the value is checked before any gradient is
+/// written) nor in constant evaluation: run_plan and host::value there.
+template <int C, class Root, class Plan>
+value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* op) {
+  using T = value_type_t<Root>;
+  T parts[ev::max_blocks];
+  bool carried = false;
+  storage_guard<plan_uses_v<Plan>> guard(op);
+  for_each_element(p, [&](auto const& pu) {
+    for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
+  });
+  try {
+    for_each_element(p, [](auto const& u) { host::prepare(u); });
+    std::size_t need = 0;
+    for_each_element(p, [&](auto const& u) { need = std::max(need, host::scratch_bytes(u)); });
+    host::scratch().reserve(need);
+  } catch (std::bad_alloc const&) {
+    guard.rollback();
+    fail(op, ": out of memory in the pre-pass (gradients unchanged)");
+  } catch (...) {
+    guard.rollback();
+    throw;
+  }
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ([&] {
+       if constexpr (int(K) == C) {
+         carried = host::run_carrying(get<K>(p), e, parts);
+         if (!carried) host::run(get<K>(p));
+       } else {
+         host::run(get<K>(p));
+       }
+     }(), ...);
+  }(std::make_index_sequence<plan_elements_v<Plan>>{});
+  if (!carried) return host::value(e);
+  // the reduction's combination of its blocks (eval/reduce.hpp)
+  index_t const n = e.arg_.shape().extents()[0];
+  if (n == 0) return T(0);
+  index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
+  T r = parts[0];
+  for (index_t k = 1; k < nb; ++k) r = r + parts[k];
+  if constexpr (std::is_same_v<typename host::detail::loss_root<Root>::op, op::mean_of>) r = r / T(n);
+  return r;
+}
+
+
 
 }  // namespace detail
 
@@ -112,6 +179,12 @@ template <operand E>
 constexpr auto backward(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward");
   return detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
+    using E2 = std::remove_cvref_t<decltype(e2)>;
+    constexpr int C = detail::loss_carrier<E2, decltype(ad::plan(e2))>::value;
+    if constexpr (C >= 0) {
+      if (!std::is_constant_evaluated() && !check_finite())
+        return detail::run_plan_carrying<C>(e2, ad::plan(e2), "gradix::backward");
+    }
     auto v = host::value(e2);
     if (!std::is_constant_evaluated() && check_finite())
       detail::check_finite_value("gradix::backward", v, e);

@@ -7,6 +7,10 @@
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/reduce.hpp"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
 namespace gradix::ev {
 
 template <std::size_t J, std::size_t RD>
@@ -50,10 +54,98 @@ GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const
   }
   return a.off_ + a.scale_ * v;
 }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+namespace detail {
+/// argmax_coord on host SIMD packs: the reduced domain in row-major order as runs along its
+/// last reduced axis J; lane w of the packs tracks the first maximum (or first NaN) of the
+/// elements it sees, the run tails one more tracker, and the result is the smallest flat
+/// index among the trackers holding the overall maximum (a NaN if any): the first one, as
+/// in the scalar loop. False when the flat index does not fit the index lanes.
+template <class E, std::size_t RO>
+GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E::in_rank>& out) {
+  using T = typename E::value_type;
+  constexpr std::size_t RA = E::in_rank;
+  constexpr std::size_t J = [] {
+    for (std::size_t j = RA; j-- > 0;)
+      if (E::reduced(j)) return j;
+    return RA;
+  }();
+  if constexpr (J == RA || !std::is_floating_point_v<T> || (sizeof(T) != 4 && sizeof(T) != 8)) {
+    return false;
+  } else {
+    using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+    constexpr int W = simd::width<T>;
+    using X = simd::pack<T, W>;
+    using XI = simd::pack<I, W>;
+    index_t const n = ev.count();
+    if (n <= 0 || n > index_t(std::numeric_limits<I>::max()) - W) return false;
+    index_t const nj = ev.ext_[J];
+    T const lowest = op::max_of::template identity<T>();
+    X best = simd::splat<T, W>(lowest);
+    XI at = simd::splat<I, W>(I(-1));
+    XI pos{};
+    for (int w = 0; w < W; ++w) pos[w] = I(w);
+    T tbest = lowest;  // the tails' tracker
+    index_t tat = -1;
+    auto c = ev.base(o);
+    for (index_t e0 = 0; e0 < n; e0 += nj) {
+      c[J] = 0;
+      auto in = ev.arg_.template outer<int(J)>(c);
+      index_t i = 0;
+      for (; i + W <= nj; i += W) {
+        X v = pack_as<T, W>(in, i);
+        XI m = XI((v > best) | ((v != v) & (best == best)));
+        best = X((XI(v) & m) | (XI(best) & ~m));
+        at = (pos & m) | (at & ~m);
+        pos += I(W);
+      }
+      for (; i < nj; ++i) {
+        T v = T(in.elem(i));
+        if (v > tbest || (v != v && tbest == tbest)) {
+          tbest = v;
+          tat = e0 + i;
+        }
+      }
+      pos += I(nj - (nj / W) * W);  // the tail's elements
+      for (std::size_t j = RA; j-- > 0;) {  // the next run
+        if (!E::reduced(j) || j == J) continue;
+        if (++c[j] < ev.ext_[j]) break;
+        c[j] = 0;
+      }
+    }
+    // the overall maximum (a NaN if any), then the first index that holds it
+    T m = tbest;
+    for (int w = 0; w < W; ++w) m = op::max_of::combine(m, T(best[w]));
+    bool const nan = m != m;
+    index_t first = -1;
+    auto take = [&](T v, index_t a) {
+      if (a >= 0 && (nan ? v != v : v == m) && (first < 0 || a < first)) first = a;
+    };
+    take(tbest, tat);
+    for (int w = 0; w < W; ++w) take(T(best[w]), index_t(at[w]));
+    if (first < 0) first = 0;  // every element is the lowest value: the first
+    out = ev.base(o);
+    for (std::size_t j = RA; j-- > 0;) {
+      if (!E::reduced(j)) continue;
+      out[j] = first % ev.ext_[j];
+      first /= ev.ext_[j];
+    }
+    return true;
+  }
+}
+}  // namespace detail
+#endif
+
 /// The operand coordinate of the first arg-max of a max reduction at its output coordinate
 /// o (row-major order over the reduced axes; a NaN wins).
 template <class E, std::size_t RO>
 GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<RO> const& o) {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  if (!std::is_constant_evaluated()) {
+    coord<E::in_rank> r{};
+    if (detail::argmax_packs(ev, o, r)) return r;
+  }
+#endif
   auto c = ev.base(o);
   constexpr std::size_t RA = E::in_rank;
   auto best_c = c;

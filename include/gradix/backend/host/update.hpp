@@ -22,6 +22,7 @@
 #include "gradix/eval/ad.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/map.hpp"
+#include "gradix/eval/reduce.hpp"
 #include "gradix/eval/sweep.hpp"
 
 #include <algorithm>
@@ -584,6 +585,47 @@ void run(ad::fused_use<U1, U2> const& f) {
 // has the same bits with any number of threads.
 
 namespace detail {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// One block [i0, i1) of a sum in gradix's summation scheme (eval/reduce.hpp), computed by a
+/// gradient kernel that also writes the adjoints of those elements (the loss value carried
+/// by a kernel, docs/ad.md): pack_step(j) handles elements j .. j + W - 1 and returns their
+/// values, scalar_step(j) element j. The lanes, padding and tree are the reduction's, so
+/// the block's sum has the bits of the reduction's block.
+template <class T, class PS, class SS>
+GRADIX_ALWAYS_INLINE T loss_block(index_t i0, index_t i1, PS&& pack_step, SS&& scalar_step) {
+  using Op = op::sum_of;
+  constexpr int L = ev::lanes_v<T>;
+  constexpr int W = simd::width<T>;
+  static_assert(L % W == 0, "gradix internal: SIMD packs wider than the summation lanes");
+  constexpr int NP = L / W;  // lane q*W + w is lane w of pack q
+  using X = simd::pack<T, W>;
+  X acc[NP];
+  GRADIX_UNROLL(16)
+  for (int q = 0; q < NP; ++q) acc[q] = simd::splat<T, W>(Op::template identity<T>());
+  index_t i = i0;
+  for (; i + L <= i1; i += L) {
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NP; ++q) acc[q] = Op::combine(acc[q], X(pack_step(i + q * W)));
+  }
+  index_t const rem = i1 - i;
+  for (int q = 0; q < NP; ++q) {
+    index_t const lo = index_t(q) * W;
+    if (lo >= rem) break;
+    if (lo + W <= rem) {
+      acc[q] = Op::combine(acc[q], X(pack_step(i + lo)));
+    } else {  // the reduction's partial pack: padded, its elements from the scalar path
+      X t = simd::splat<T, W>(Op::template pad<T>());
+      for (index_t w = 0; w < rem - lo; ++w) t[w] = T(scalar_step(i + lo + w));
+      acc[q] = Op::combine(acc[q], t);
+    }
+  }
+  ev::lanes<Op, T> l;
+  GRADIX_UNROLL(16)
+  for (int q = 0; q < NP; ++q) simd::store<T, W>(l.v_ + q * W, acc[q]);
+  return l.result();
+}
+#endif
+
 template <int I, class Top, class TMap, class V0, class... U>
 struct multi_parts {
   using U0 = std::tuple_element_t<0, std::tuple<U...>>;
@@ -713,8 +755,12 @@ constexpr void run_serial(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
   } while (detail::next_coord(d, ext, ad::all_axes_v<RD>));
 }
 
-template <int I, class Top, class TMap, class V0, class... U>
-void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
+namespace detail {
+/// run(multi_use), and with WV the loss value too (run_carrying): returns false, having
+/// done nothing, when WV and the kernel cannot carry it at run time.
+template <bool WV, class F, int I, class Top, class TMap, class V0, class... U>
+bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]] F const* fnode,
+               [[maybe_unused]] value_type_t<Top>* vout) {
   using P = detail::multi_parts<I, Top, TMap, V0, U...>;
   using T = typename P::T;
   using ad::member_kind;
@@ -722,7 +768,15 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
   constexpr std::size_t NU = P::NU;
   constexpr std::uint64_t O = P::outer;
   auto const z = detail::layout_of<P>(mu);
-  if (z.empty) return;
+  if constexpr (WV) {
+    // the loss value's blocks are the reduction's (eval/reduce.hpp), over one outer
+    // coordinate, full members only, unit steps, SIMD builds
+#if !defined(GRADIX_HAS_VECTOR_EXT)
+    return false;
+#endif
+    if (z.empty || z.nb != 0 || z.n_outer != 1 || get<0>(mu.tmap_).off_ != 0) return false;
+  }
+  if (z.empty) return true;
   auto const& u0 = get<0>(mu.uses_);
   auto ext = u0.dom_.extents();
   index_t const n_outer = z.n_outer, n_in = z.n_in;
@@ -777,8 +831,19 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
     }
   };
   strides();
-  // elements [i0, i1) of the inner axis at outer coordinate o; blk: the block's partials
-  auto body = [&](coord<RD> const& o, index_t i0, index_t i1, T* blk) {
+  if constexpr (WV) {
+    if (!unit) return false;
+  }
+  // with WV, the loss's operand F: the region top itself, or evaluated beside it
+  constexpr bool top_is_f = std::is_same_v<F, Top>;
+  [[maybe_unused]] auto const fev = [&] {
+    if constexpr (WV && !top_is_f) return ev::evaluator<F>(*fnode);
+    else return 0;
+  }();
+  // elements [i0, i1) of the inner axis at outer coordinate o; blk: the block's partials;
+  // with WV, [i0, i1) is a block of the loss value's scheme and *vblk gets its sum
+  auto body = [&](coord<RD> const& o, index_t i0, index_t i1, T* blk,
+                  [[maybe_unused]] T* vblk = nullptr) {
     T* dst[NU];
     {
       std::size_t k = 0;
@@ -798,37 +863,17 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
       next_same[k] = dst[k] && dst[k + 1] == dst[k] && !sums[k] && !sums[k + 1] && st[k] == st[k + 1];
     auto in = sw.template outer<TI>(ev::map_value(tmap, o));
     auto vin = v0ev.template outer<I>(o);
+    [[maybe_unused]] auto const fin = [&] {
+      if constexpr (WV && !top_is_f) return fev.template outer<0>(coord<1>{});
+      else return 0;
+    }();
     T sum[NU] = {};  // the summed members' totals over [i0, i1)
     index_t i = i0;
-#if defined(GRADIX_HAS_VECTOR_EXT)
-    if (unit) {
-      constexpr int W = simd::width<T>;
-      using X = simd::pack<T, W>;
-      X acc[NU] = {};
-      for (; i + W <= i1; i += W) {
-        auto f = in.template fwd<X>(i);
-        X a = ev::pack_as<T, W>(vin, i);
-        X out[NU] = {};
-        in.bwd(f, a, out);
-        X carry{};
-        for (std::size_t k = 0; k < NU; ++k) {
-          if (!dst[k]) continue;
-          X x = P::negative[k] ? X(-out[k]) : out[k];
-          if (sums[k]) acc[k] += x;
-          else if (next_same[k]) carry = k > 0 && next_same[k - 1] ? X(carry + x) : x;
-          else if (k > 0 && next_same[k - 1]) simd::store<T, W>(dst[k] + i, simd::load<T, W>(dst[k] + i) + X(carry + x));
-          else simd::store<T, W>(dst[k] + i, simd::load<T, W>(dst[k] + i) + x);
-        }
-      }
-      for (std::size_t k = 0; k < NU; ++k)
-        if (sums[k])
-          for (int w = 0; w < W; ++w) sum[k] += acc[k][w];  // lanes in order
-    }
-#endif
-    for (; i < i1; ++i) {
-      index_t const ti = index_t(std::size_t(i) * std::size_t(tscale));
+    // element j: the adjoints added; returns the top's value there
+    auto scalar_step = [&](index_t j) {
+      index_t const ti = index_t(std::size_t(j) * std::size_t(tscale));
       auto f = in.template fwd<T>(ti);
-      T a = T(vin.elem(i));
+      T a = T(vin.elem(j));
       T out[NU] = {};
       in.bwd(f, a, out);
       T carry{};
@@ -837,14 +882,64 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
         T x = P::negative[k] ? T(-out[k]) : out[k];
         if (sums[k]) sum[k] += x;
         else if (next_same[k]) carry = k > 0 && next_same[k - 1] ? T(carry + x) : x;
-        else if (k > 0 && next_same[k - 1]) dst[k][i * st[k]] += T(carry + x);
-        else dst[k][i * st[k]] += x;
+        else if (k > 0 && next_same[k - 1]) dst[k][j * st[k]] += T(carry + x);
+        else dst[k][j * st[k]] += x;
       }
+      if constexpr (WV && !top_is_f) return T(fin.elem(j));
+      else return T(f.y);
+    };
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if (unit) {
+      constexpr int W = simd::width<T>;
+      using X = simd::pack<T, W>;
+      X acc[NU] = {};
+      // elements j .. j + W - 1
+      auto pack_step = [&](index_t j) {
+        auto f = in.template fwd<X>(j);
+        X a = ev::pack_as<T, W>(vin, j);
+        X out[NU] = {};
+        in.bwd(f, a, out);
+        X carry{};
+        for (std::size_t k = 0; k < NU; ++k) {
+          if (!dst[k]) continue;
+          X x = P::negative[k] ? X(-out[k]) : out[k];
+          if (sums[k]) acc[k] += x;
+          else if (next_same[k]) carry = k > 0 && next_same[k - 1] ? X(carry + x) : x;
+          else if (k > 0 && next_same[k - 1]) simd::store<T, W>(dst[k] + j, simd::load<T, W>(dst[k] + j) + X(carry + x));
+          else simd::store<T, W>(dst[k] + j, simd::load<T, W>(dst[k] + j) + x);
+        }
+        if constexpr (WV && !top_is_f) return ev::pack_as<T, W>(fin, j);
+        else return X(f.y);
+      };
+      if constexpr (WV) {
+        *vblk = detail::loss_block<T>(i0, i1, pack_step, scalar_step);
+        i = i1;
+      } else {
+        for (; i + W <= i1; i += W) pack_step(i);
+      }
+      for (std::size_t k = 0; k < NU; ++k)
+        if (sums[k])
+          for (int w = 0; w < W; ++w) sum[k] += acc[k][w];  // lanes in order
     }
+#endif
+    for (; i < i1; ++i) scalar_step(i);
     for (std::size_t k = 0; k < NU; ++k)
       if (sums[k] && dst[k]) *dst[k] += sum[k];
   };
   bool const parallel = n_outer * n_in >= 2 * parallel_min_elements && pool().size() > 1;
+  if constexpr (WV) {
+    // the blocks of the loss value's scheme; each block's sum into vout[b]
+    index_t const bsize = ev::block_size<T>(n_in), nbv = (n_in + bsize - 1) / bsize;
+    coord<RD> const o{};
+    auto vblock = [&](index_t b) {
+      index_t const a = b * bsize, e = a + bsize < n_in ? a + bsize : n_in;
+      body(o, a, e, nullptr, vout + b);
+    };
+    if (parallel && nbv >= 2) pool().run(nbv, vblock);
+    else
+      for (index_t b = 0; b < nbv; ++b) vblock(b);
+    return true;
+  }
   T* const base = z.nb > 0 ? scratch().try_get<T>(std::size_t(z.nb) * std::size_t(z.stride)) : nullptr;
   if (z.nb == 0 || !base) {
     // No partials (full and column members only; or, should backward's pre-pass not have
@@ -855,19 +950,19 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
       coord<RD> o{};
       do body(o, 0, n_in, nullptr);
       while (detail::next_coord(o, ext, O));
-      return;
+      return true;
     }
     if (parallel && n_outer == 1) {
       // one outer coordinate (a vector domain): split the inner axis, at whole cache lines
       coord<RD> const o{};
       parallel_ranges(n_in, [&](index_t a, index_t b) { body(o, a, b, nullptr); });
-      return;
+      return true;
     }
     if (!parallel || n_outer < 2) {
       coord<RD> o{};
       do body(o, 0, n_in, nullptr);
       while (detail::next_coord(o, ext, O));
-      return;
+      return true;
     }
     parallel_ranges(
         n_outer,
@@ -879,7 +974,7 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
           }
         },
         std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
-    return;
+    return true;
   }
   // Blocks with partials: each block zeroes and fills its own; any thread, any order.
   index_t const nb = z.nb, stride = z.stride;
@@ -917,6 +1012,130 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
     }
     ++k;
   });
+  return true;
+}
+}  // namespace detail
+
+template <int I, class Top, class TMap, class V0, class... U>
+void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
+  detail::run_multi<false>(mu, static_cast<Top const*>(nullptr), nullptr);
+}
+
+// ---------------------------------------------------------------------------------------
+// The loss value carried by a gradient kernel (docs/ad.md, "The loss value in the first
+// kernel"). backward(e) for e = sum(F) or mean(F), F a vector-shaped elementwise region,
+// needs F's values twice: once for the value of e, and once inside the kernel that sends
+// the adjoint down F (path_ev and the reverse sweep compute F's value on the way). A kernel
+// that walks F's domain in order can add those values into the blocks of gradix's summation
+// scheme instead, so the value pass costs nothing: run_carrying(u, parts) runs the kernel
+// and leaves the reduction's block sums in parts (at most ev::max_blocks); the caller
+// combines them as the reduction does. The bits of the value are those of value(e), and the
+// gradients are those of run(u).
+
+namespace detail {
+/// Root is sum(F) or mean(F) over a rank-1 F.
+template <class Root>
+struct loss_root : std::false_type {};
+template <class Op, class F, axis_mask Mask, bool Keep>
+struct loss_root<reduce_node<Op, F, Mask, Keep>>
+    : std::bool_constant<(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>) &&
+                         shape_of_t<F>::rank == 1 && Mask == 1 && !Keep &&
+                         std::is_floating_point_v<value_type_t<F>>> {
+  using arg = F;
+  using op = Op;
+};
+template <class F, class MU>
+struct multi_carries : std::false_type {};
+template <class F, int I, class Top, class TMap, class V0, class... U>
+struct multi_carries<F, ad::multi_use<I, Top, TMap, V0, U...>> {
+  using P = multi_parts<I, Top, TMap, V0, U...>;
+  static constexpr bool value = std::is_same_v<typename P::T, value_type_t<F>> && P::RD == 1 &&
+                                I == 0 && P::count(ad::member_kind::full) == P::NU;
+};
+}  // namespace detail
+
+/// Whether plan element U can carry the value of Root (types only; run_carrying may still
+/// decline at run time: a strided target, a shifted map).
+template <class Root, class U>
+inline constexpr bool carries_loss_v = [] {
+  if constexpr (!detail::loss_root<Root>::value) {
+    return false;
+  } else {
+    using F = typename detail::loss_root<Root>::arg;
+    using T = value_type_t<F>;
+    if constexpr (ad::is_multi<U>::value) {
+      return detail::multi_carries<F, U>::value;
+    } else if constexpr (ad::is_fused<U>::value) {
+      return false;
+    } else {
+      using K = ad::kernel_traits<U>;
+      return K::domain_rank == 1 && K::injective && K::inner_axis == 0 &&
+             K::projected_mask == 0 && !U::storage_type::sparse &&
+             std::is_same_v<typename U::storage_type::value_type, T> &&
+             std::is_same_v<value_type_t<typename U::value_expr>, T>;
+    }
+  }
+}();
+
+/// Runs use u (a carrier of root: carries_loss_v) and leaves the block sums of the root's
+/// operand F in parts[0 .. nblocks) (eval/reduce.hpp's blocks for F's extent); returns
+/// false, having done nothing, when u cannot carry them at run time. u's domain is F's: its
+/// element j is F's element j.
+template <class Root, class Use>
+bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& root,
+                  [[maybe_unused]] value_type_t<Root>* parts) {
+#if !defined(GRADIX_HAS_VECTOR_EXT)
+  return false;
+#else
+  if (!u.target_) return false;
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  using V = typename Use::value_expr;
+  using F = typename detail::loss_root<Root>::arg;
+  constexpr std::size_t TU = std::size_t(K::target_unit_axis);
+  index_t const n = u.dom_.extents()[0];
+  if (n != root.arg_.shape().extents()[0]) return false;
+  if (u.target_->strides()[TU] * get<TU>(u.map_).scale_ != 1) return false;
+  if (n == 0) return true;
+  detail::target_addressing<G> const addr(*u.target_);
+  T* const base = u.target_->data() + addr.offset(ev::map_value(u.map_, coord<1>{}));
+  // the kernel's value expression as run(u) evaluates it, and F beside it (the two share
+  // their common sub-expressions: one pass)
+  ev::evaluator<V> const vev(u.v_);
+  ev::evaluator<F> const fev(root.arg_);
+  constexpr int W = simd::width<T>;
+  index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
+  auto block = [&](index_t b) {
+    T* const tp = base;  // a local: the stores cannot alias it
+    auto const vin = vev.template outer<0>(coord<1>{});
+    auto const fin = fev.template outer<0>(coord<1>{});
+    auto pack_step = [&](index_t j) {
+      auto x = ev::pack_as<T, W>(vin, j);
+      auto y = ev::pack_as<T, W>(fin, j);
+      simd::store<T, W>(tp + j, simd::load<T, W>(tp + j) + x);
+      return y;
+    };
+    auto scalar_step = [&](index_t j) {
+      T x = T(vin.elem(j));
+      T y = T(fin.elem(j));
+      tp[j] += x;
+      return y;
+    };
+    index_t const a = b * bsize, e = a + bsize < n ? a + bsize : n;
+    parts[b] = detail::loss_block<T>(a, e, pack_step, scalar_step);
+  };
+  if (pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2) pool().run(nb, block);
+  else
+    for (index_t b = 0; b < nb; ++b) block(b);
+  return true;
+#endif
+}
+template <class Root, int I, class Top, class TMap, class V0, class... U>
+bool run_carrying(ad::multi_use<I, Top, TMap, V0, U...> const& mu, Root const& root,
+                  value_type_t<Top>* parts) {
+  if (get<0>(mu.uses_).dom_.extents()[0] != root.arg_.shape().extents()[0]) return false;
+  return detail::run_multi<true>(mu, &root.arg_, parts);
 }
 
 }  // namespace gradix::host
