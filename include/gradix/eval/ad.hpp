@@ -121,13 +121,29 @@ struct vd {
   X d;
 };
 
-template <class N, class P, bool NV>
+namespace path_detail {
+/// Length of a path, and its step at depth D.
+template <class P>
+struct path_info;
+template <std::size_t... S>
+struct path_info<ad::path<S...>> {
+  static constexpr std::size_t size = sizeof...(S);
+  static constexpr std::size_t steps[sizeof...(S) + 1] = {S..., 0};
+};
+}  // namespace path_detail
+
+// path_ev<N, P, D, NV>: node N at depth D of path P (from the region's top). Every level
+// names the whole path and its depth, not the rest of the path: the rest is a new type at
+// every level, and a depth-k chain had O(k) levels whose symbol names each spelled out
+// O(k) steps (names of 80 KB at depth 64, and compile time growing with their total).
+template <class N, class P, std::size_t D, bool NV,
+          bool End = (D == path_detail::path_info<P>::size)>
 struct path_ev;
 
 /// End of the path: the node's own value (if needed); its derivative with respect to itself
 /// is 1.
-template <class N, bool NV>
-struct path_ev<N, ad::path<>, NV> {
+template <class N, class P, std::size_t D, bool NV>
+struct path_ev<N, P, D, NV, true> {
   using T = value_type_t<N>;
   static constexpr std::size_t rank = shape_of_t<N>::rank;
   evaluator<N> e_;
@@ -232,14 +248,16 @@ GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr vd<X> binary_step(vd<X> a, X b
 }
 }  // namespace path_detail
 
-template <class Op, class A, std::size_t... Rest, bool NV>
-struct path_ev<unary_node<Op, A>, ad::path<0, Rest...>, NV> {
+template <class Op, class A, class Path, std::size_t D, bool NV>
+struct path_ev<unary_node<Op, A>, Path, D, NV, false> {
   using N = unary_node<Op, A>;
   using T = value_type_t<N>;
   using TA = value_type_t<A>;
   static constexpr std::size_t rank = shape_of_t<N>::rank;
+  static_assert(path_detail::path_info<Path>::steps[D] == 0,
+                "gradix internal: a path takes operand 1 of a unary node");
   static constexpr ad::partial_kind K = ad::partial_of_v<N, 0>;
-  using child = path_ev<A, ad::path<Rest...>, NV || K == ad::partial_kind::general>;
+  using child = path_ev<A, Path, D + 1, NV || K == ad::partial_kind::general>;
   child a_;
   GRADIX_HOST_DEVICE constexpr explicit path_ev(N const& n) : a_(n.arg_) {}
   GRADIX_HOST_DEVICE constexpr vd<T> at(coord<rank> const& c) const {
@@ -272,8 +290,9 @@ struct path_ev<unary_node<Op, A>, ad::path<0, Rest...>, NV> {
   }
 };
 
-template <class Op, class L, class R, std::size_t S, std::size_t... Rest, bool NV>
-struct path_ev<binary_node<Op, L, R>, ad::path<S, Rest...>, NV> {
+template <class Op, class L, class R, class Path, std::size_t D, bool NV>
+struct path_ev<binary_node<Op, L, R>, Path, D, NV, false> {
+  static constexpr std::size_t S = path_detail::path_info<Path>::steps[D];
   using N = binary_node<Op, L, R>;
   using T = value_type_t<N>;
   using C = std::conditional_t<S == 0, L, R>;  // on the path
@@ -284,7 +303,7 @@ struct path_ev<binary_node<Op, L, R>, ad::path<S, Rest...>, NV> {
   static constexpr ad::partial_kind K = ad::partial_of_v<N, S>;
   static constexpr bool other_needed = NV || K == ad::partial_kind::sibling ||
                                        K == ad::partial_kind::general;
-  using child = path_ev<C, ad::path<Rest...>, NV || K == ad::partial_kind::general>;
+  using child = path_ev<C, Path, D + 1, NV || K == ad::partial_kind::general>;
   child c_;
   evaluator<O> o_;
   GRADIX_HOST_DEVICE constexpr explicit path_ev(N const& n)
@@ -336,7 +355,7 @@ struct evaluator<ad::path_deriv_node<Top, Path>> {
   using node_type = ad::path_deriv_node<Top, Path>;
   using value_type = typename node_type::value_type;
   static constexpr std::size_t rank = shape_of_t<Top>::rank;
-  path_ev<Top, Path, false> p_;
+  path_ev<Top, Path, 0, false> p_;
   GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : p_(n.top_) {}
   GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
     return p_.at(c).d;
