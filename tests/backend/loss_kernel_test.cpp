@@ -9,6 +9,7 @@
 //    defines it, for ties, +-0, rows of -inf, NaNs and lengths around the pack width.
 #include "testing.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -55,6 +56,35 @@ static_assert(carrier_v<decltype(gx::sum(mix_chain<4>(std::declval<PV&>(), std::
 static_assert(carrier_v<decltype(gx::max(gx::exp(std::declval<PV&>())))> < 0);
 static_assert(carrier_v<decltype(gx::sum(gx::exp(std::declval<gx::parameter<float, shape<dyn, dyn>>&>())))> < 0);
 static_assert(carrier_v<decltype(gx::sum(gx::sum<1>(std::declval<gx::parameter<float, shape<dyn, dyn>>&>())))> < 0);
+
+// F's value from the path derivative's top (its top occurs once in F): no second evaluation
+template <class E>
+using first_kernel_t = std::remove_cvref_t<decltype(gx::get<0>(std::declval<gx::backward_plan_t<E>&>()))>;
+template <class E>
+constexpr bool top_in_f_v =
+    gx::host::detail::top_in_f_v<typename gx::host::detail::loss_root<gx::saved_expr_t<E>>::arg, first_kernel_t<E>>;
+static_assert(top_in_f_v<decltype(gx::sum(exp_chain<1>(std::declval<PV&>())))>);
+static_assert(top_in_f_v<decltype(gx::mean(exp_chain<3>(std::declval<PV&>())))>);
+static_assert(top_in_f_v<decltype(gx::sum(-gx::tanh(std::declval<PV&>()) * 2.f))>);
+static_assert(!top_in_f_v<decltype(gx::sum(std::declval<PV&>()))>);  // no region: F beside
+
+// An op that counts its evaluations (per element, or per lane of a pack).
+std::atomic<long> counted{0};
+struct counter_op {
+  static constexpr char const* name = "counter_op";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  static T value(T x) {
+    if constexpr (std::is_arithmetic_v<T>) counted.fetch_add(1, std::memory_order_relaxed);
+    else counted.fetch_add(long(sizeof(T) / sizeof(x[0])), std::memory_order_relaxed);
+    return x;
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  static T d_arg(T, T) {
+    return gx::simd::constant<T>(1);
+  }
+};
 
 template <class T>
 bool same_bits(T a, T b) {
@@ -107,6 +137,20 @@ TEST_CASE("loss value carried by the first kernel: the bits of value(), the grad
       check_carried(gx::sum(mix_chain<2>(x, w) * 3.f), x, w);  // a multi_use below F
     }
   }
+}
+
+TEST_CASE("loss value carried: the loss's operand is evaluated once per element in backward") {
+  thread_scope ts(1);
+  gx::index_t const n = 10007;
+  auto x = gx::param(gx::uniform<float>(gx::dims(n), 3, -1.f, 1.f));
+  auto loss = gx::sum(gx::unary<counter_op>(x) * 2.f + 1.f);
+  counted = 0;
+  auto v = gx::value(loss);
+  CHECK(counted.load() == n);
+  counted = 0;
+  auto b = gx::backward(loss);
+  CHECK(counted.load() == n);  // one pass: the value comes from the kernel's own evaluation
+  CHECK(same_bits(v, b));
 }
 
 TEST_CASE("loss value carried: a strided parameter falls back to value() + the kernel") {

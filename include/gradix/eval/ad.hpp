@@ -268,18 +268,38 @@ struct path_ev<unary_node<Op, A>, Path, D, NV, false> {
   struct inner {
     using value_type = T;
     CI c_;
-    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+    static constexpr std::size_t cost = 1 + inner_cost<CI>::value;
+    static constexpr bool outlined = outline_v<cost, inner_cost<CI>::value>;  // elementwise.hpp
+    GRADIX_HOST_DEVICE constexpr vd<T> elem_here(index_t i) const {
       auto x = c_.elem(i);
       return path_detail::unary_step<Op, K, NV, T>({T(x.v), T(x.d)});
     }
+#if !defined(__CUDA_ARCH__)
+    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const { return elem_here(i); }
+#endif
+    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+      if constexpr (outlined) {
+        if (!std::is_constant_evaluated()) return elem_out(i);
+      }
+#endif
+      return elem_here(i);
+    }
 #if defined(GRADIX_HAS_VECTOR_EXT)
     template <int W>
-    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack_here(index_t i) const {
       if constexpr (std::is_same_v<T, TA>) {
         return path_detail::unary_step<Op, K, NV>(c_.template pack<W>(i));
       } else {  // a cast between element types: lane by lane
         return path_detail::lanes_of<T, W>(*this, i);
       }
+    }
+    template <int W>
+    [[gnu::noinline]] vd<simd::pack<T, W>> pack_out(index_t i) const { return pack_here<W>(i); }
+    template <int W>
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+      if constexpr (outlined) return pack_out<W>(i);
+      else return pack_here<W>(i);
     }
 #endif
   };
@@ -323,18 +343,40 @@ struct path_ev<binary_node<Op, L, R>, Path, D, NV, false> {
     using value_type = T;
     CI c_;
     OI o_;
-    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+    static constexpr std::size_t cost = 1 + inner_cost<CI>::value + inner_cost<OI>::value;
+    static constexpr bool outlined =
+        outline_v<cost, (inner_cost<CI>::value > inner_cost<OI>::value ? inner_cost<CI>::value
+                                                                       : inner_cost<OI>::value)>;
+    GRADIX_HOST_DEVICE constexpr vd<T> elem_here(index_t i) const {
       auto x = c_.elem(i);
       return path_detail::binary_step<Op, K, S, NV, T>({T(x.v), T(x.d)}, T(o_.elem(i)));
     }
+#if !defined(__CUDA_ARCH__)
+    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const { return elem_here(i); }
+#endif
+    GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+      if constexpr (outlined) {
+        if (!std::is_constant_evaluated()) return elem_out(i);
+      }
+#endif
+      return elem_here(i);
+    }
 #if defined(GRADIX_HAS_VECTOR_EXT)
     template <int W>
-    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack_here(index_t i) const {
       if constexpr (std::is_same_v<T, value_type_t<C>>) {
         return path_detail::binary_step<Op, K, S, NV>(c_.template pack<W>(i), pack_as<T, W>(o_, i));
       } else {  // the operand on the path has another element type: lane by lane
         return path_detail::lanes_of<T, W>(*this, i);
       }
+    }
+    template <int W>
+    [[gnu::noinline]] vd<simd::pack<T, W>> pack_out(index_t i) const { return pack_here<W>(i); }
+    template <int W>
+    GRADIX_ALWAYS_INLINE vd<simd::pack<T, W>> pack(index_t i) const {
+      if constexpr (outlined) return pack_out<W>(i);
+      else return pack_here<W>(i);
     }
 #endif
   };

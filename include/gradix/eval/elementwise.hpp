@@ -13,15 +13,61 @@
 namespace gradix::ev {
 
 template <class Op, class T, class A>
+struct unary_inner;
+template <class Op, class T, class A, class B>
+struct binary_inner;
+
+/// Nodes an inner evaluator computes inline per element (leaves count 1; an inner type may
+/// say its own, `static constexpr std::size_t cost`).
+template <class I>
+struct inner_cost : std::integral_constant<std::size_t, [] {
+  if constexpr (requires { I::cost; }) return std::size_t(I::cost);
+  else return std::size_t(1);
+}()> {};
+template <class Op, class T, class A>
+struct inner_cost<unary_inner<Op, T, A>> : std::integral_constant<std::size_t, 1 + inner_cost<A>::value> {};
+template <class Op, class T, class A, class B>
+struct inner_cost<binary_inner<Op, T, A, B>>
+    : std::integral_constant<std::size_t, 1 + inner_cost<A>::value + inner_cost<B>::value> {};
+
+/// Deep element expressions are cut into out-of-line pieces of about this many nodes: a node
+/// whose cost enters a new multiple of it (its operands' did not) evaluates in a function of
+/// its own (host code only; the same operations, so the same bits). A depth-64 tanh chain was
+/// one function of 64 inlined levels per loop, and g++'s time for it grew faster than its
+/// size (value of the chain at -O2: 5.2 s at depth 32, 11.4 s at depth 64).
+inline constexpr std::size_t outline_nodes = 48;
+template <std::size_t Self, std::size_t Child>
+inline constexpr bool outline_v = Self >= outline_nodes && Self / outline_nodes != Child / outline_nodes;
+
+template <class Op, class T, class A>
 struct unary_inner {
   using value_type = T;
   A a_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return Op::value(a_.elem(i)); }
+  static constexpr bool outlined = outline_v<inner_cost<unary_inner>::value, inner_cost<A>::value>;
+  GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const { return Op::value(a_.elem(i)); }
+#if !defined(__CUDA_ARCH__)
+  [[gnu::noinline]] constexpr T elem_out(index_t i) const { return elem_here(i); }
+#endif
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+    if constexpr (outlined) {
+      if (!std::is_constant_evaluated()) return elem_out(i);
+    }
+#endif
+    return elem_here(i);
+  }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_here(index_t i) const {
     if constexpr (requires { typename Op::result_type; }) return pack_as<T, W>(a_, i);  // op::cast
     else return Op::value(a_.template pack<W>(i));
+  }
+  template <int W>
+  [[gnu::noinline]] simd::pack<T, W> pack_out(index_t i) const { return pack_here<W>(i); }
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    if constexpr (outlined) return pack_out<W>(i);
+    else return pack_here<W>(i);
   }
 #endif
 };
@@ -31,13 +77,34 @@ struct binary_inner {
   using value_type = T;
   A a_;
   B b_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
+  static constexpr bool outlined =
+      outline_v<inner_cost<binary_inner>::value,
+                (inner_cost<A>::value > inner_cost<B>::value ? inner_cost<A>::value : inner_cost<B>::value)>;
+  GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const {
     return Op::value(T(a_.elem(i)), T(b_.elem(i)));
+  }
+#if !defined(__CUDA_ARCH__)
+  [[gnu::noinline]] constexpr T elem_out(index_t i) const { return elem_here(i); }
+#endif
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+    if constexpr (outlined) {
+      if (!std::is_constant_evaluated()) return elem_out(i);
+    }
+#endif
+    return elem_here(i);
   }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_here(index_t i) const {
     return Op::value(pack_as<T, W>(a_, i), pack_as<T, W>(b_, i));
+  }
+  template <int W>
+  [[gnu::noinline]] simd::pack<T, W> pack_out(index_t i) const { return pack_here<W>(i); }
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
+    if constexpr (outlined) return pack_out<W>(i);
+    else return pack_here<W>(i);
   }
 #endif
 };

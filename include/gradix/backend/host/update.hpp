@@ -591,7 +591,12 @@ namespace detail {
 /// by a kernel, docs/ad.md): pack_step(j) handles elements j .. j + W - 1 and returns their
 /// values, scalar_step(j) element j. The lanes, padding and tree are the reduction's, so
 /// the block's sum has the bits of the reduction's block.
-template <class T, class PS, class SS>
+/// Cheap: the lanes' packs stay in registers, pack_step is copied once per accumulator
+/// pack; otherwise pack_step has one call site (an expensive body, eval/cost.hpp: a deep
+/// chain copied NP times made its kernel NP times larger, and g++'s compile time grows
+/// faster than the function's size) and the packs are indexed at run time: the same
+/// additions in the same order.
+template <class T, bool Cheap, class PS, class SS>
 GRADIX_ALWAYS_INLINE T loss_block(index_t i0, index_t i1, PS&& pack_step, SS&& scalar_step) {
   using Op = op::sum_of;
   constexpr int L = ev::lanes_v<T>;
@@ -603,21 +608,22 @@ GRADIX_ALWAYS_INLINE T loss_block(index_t i0, index_t i1, PS&& pack_step, SS&& s
   GRADIX_UNROLL(16)
   for (int q = 0; q < NP; ++q) acc[q] = simd::splat<T, W>(Op::template identity<T>());
   index_t i = i0;
-  for (; i + L <= i1; i += L) {
-    GRADIX_UNROLL(16)
-    for (int q = 0; q < NP; ++q) acc[q] = Op::combine(acc[q], X(pack_step(i + q * W)));
-  }
-  index_t const rem = i1 - i;
-  for (int q = 0; q < NP; ++q) {
-    index_t const lo = index_t(q) * W;
-    if (lo >= rem) break;
-    if (lo + W <= rem) {
-      acc[q] = Op::combine(acc[q], X(pack_step(i + lo)));
-    } else {  // the reduction's partial pack: padded, its elements from the scalar path
-      X t = simd::splat<T, W>(Op::template pad<T>());
-      for (index_t w = 0; w < rem - lo; ++w) t[w] = T(scalar_step(i + lo + w));
-      acc[q] = Op::combine(acc[q], t);
+  int q = 0;  // the accumulator pack of the pack at i
+  if constexpr (Cheap) {
+    for (; i + L <= i1; i += L) {
+      GRADIX_UNROLL(16)
+      for (int k = 0; k < NP; ++k) acc[k] = Op::combine(acc[k], X(pack_step(i + k * W)));
     }
+  }
+  GRADIX_NO_UNROLL
+  for (; i + W <= i1; i += W) {
+    acc[q] = Op::combine(acc[q], X(pack_step(i)));
+    q = q + 1 == NP ? 0 : q + 1;
+  }
+  if (i < i1) {  // the reduction's partial pack: padded, its elements from the scalar path
+    X t = simd::splat<T, W>(Op::template pad<T>());
+    for (index_t w = 0; w < i1 - i; ++w) t[w] = T(scalar_step(i + w));
+    acc[q] = Op::combine(acc[q], t);
   }
   ev::lanes<Op, T> l;
   GRADIX_UNROLL(16)
@@ -912,7 +918,8 @@ bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]]
         else return X(f.y);
       };
       if constexpr (WV) {
-        *vblk = detail::loss_block<T>(i0, i1, pack_step, scalar_step);
+        *vblk = detail::loss_block<T, ev::cheap_body_v<Top> && (top_is_f || ev::cheap_body_v<F>)>(
+            i0, i1, pack_step, scalar_step);
         i = i1;
       } else {
         for (; i + W <= i1; i += W) pack_step(i);
@@ -1054,6 +1061,126 @@ struct multi_carries<F, ad::multi_use<I, Top, TMap, V0, U...>> {
 };
 }  // namespace detail
 
+namespace detail {
+/// How often a node of type Top occurs in N's elementwise tree (through unary and binary
+/// nodes only).
+template <class N, class Top>
+struct top_count : std::integral_constant<int, std::is_same_v<N, Top> ? 1 : 0> {};
+template <class Op, class A, class Top>
+struct top_count<unary_node<Op, A>, Top>
+    : std::integral_constant<int, std::is_same_v<unary_node<Op, A>, Top> ? 1 : top_count<A, Top>::value> {};
+template <class Op, class L, class R, class Top>
+struct top_count<binary_node<Op, L, R>, Top>
+    : std::integral_constant<int, std::is_same_v<binary_node<Op, L, R>, Top>
+                                      ? 1
+                                      : top_count<L, Top>::value + top_count<R, Top>::value> {};
+
+/// F's value from the value of the one node of type Top inside it (top_count 1): the nodes
+/// between them are evaluated as F's evaluator does, their other operands by their
+/// evaluators, Top's value taken as given. `outer<A>(c)` gives an inner with
+/// `pack<W>(i, top)` and `elem(i, top)`.
+template <class N, class Top, bool IsTop = std::is_same_v<N, Top>>
+struct above_ev;
+template <class N, class Top>
+struct above_ev<N, Top, true> {
+  explicit above_ev(N const&) {}
+  struct inner {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W, class X>
+    GRADIX_ALWAYS_INLINE X pack(index_t, X top) const { return top; }
+#endif
+    template <class X>
+    GRADIX_ALWAYS_INLINE X elem(index_t, X top) const { return top; }
+  };
+  template <int A, std::size_t R>
+  inner outer(coord<R> const&) const { return {}; }
+};
+template <class Op, class A, class Top>
+struct above_ev<unary_node<Op, A>, Top, false> {
+  above_ev<A, Top> a_;
+  explicit above_ev(unary_node<Op, A> const& n) : a_(n.arg_) {}
+  template <class AI>
+  struct inner {
+    AI a_;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W, class X>
+    GRADIX_ALWAYS_INLINE X pack(index_t i, X top) const { return X(Op::value(a_.template pack<W>(i, top))); }
+#endif
+    template <class X>
+    GRADIX_ALWAYS_INLINE X elem(index_t i, X top) const { return X(Op::value(a_.elem(i, top))); }
+  };
+  template <int Ax, std::size_t R>
+  auto outer(coord<R> const& c) const {
+    auto ai = a_.template outer<Ax>(c);
+    return inner<decltype(ai)>{ai};
+  }
+};
+template <class Op, class L, class R, class Top>
+struct above_ev<binary_node<Op, L, R>, Top, false> {
+  using N = binary_node<Op, L, R>;
+  using T = value_type_t<N>;
+  static constexpr std::size_t S = top_count<L, Top>::value == 1 ? 0 : 1;  // Top's side
+  using C = std::conditional_t<S == 0, L, R>;
+  using O = std::conditional_t<S == 0, R, L>;
+  static constexpr std::size_t rank = shape_of_t<N>::rank;
+  above_ev<C, Top> c_;
+  ev::evaluator<O> o_;
+  template <std::size_t Side>
+  static auto const& operand_of(N const& n) {
+    if constexpr (Side == 0) return n.lhs_;
+    else return n.rhs_;
+  }
+  explicit above_ev(N const& n) : c_(operand_of<S>(n)), o_(operand_of<1 - S>(n)) {}
+  template <class CI, class OI>
+  struct inner {
+    CI c_;
+    OI o_;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    template <int W, class X>
+    GRADIX_ALWAYS_INLINE X pack(index_t i, X top) const {
+      X a = c_.template pack<W>(i, top);
+      X b = ev::pack_as<T, W>(o_, i);
+      if constexpr (S == 0) return X(Op::value(a, b));
+      else return X(Op::value(b, a));
+    }
+#endif
+    template <class X>
+    GRADIX_ALWAYS_INLINE X elem(index_t i, X top) const {
+      X a = c_.elem(i, top);
+      X b = T(o_.elem(i));
+      if constexpr (S == 0) return X(Op::value(a, b));
+      else return X(Op::value(b, a));
+    }
+  };
+  template <int Ax>
+  auto outer(coord<rank> const& c) const {
+    using SC = shape_of_t<C>;
+    using SO = shape_of_t<O>;
+    auto ci = c_.template outer<ev::operand_axis_v<SC, rank, Ax>>(ev::operand_coord<SC>(c));
+    auto oi = o_.template outer<ev::operand_axis_v<SO, rank, Ax>>(ev::operand_coord<SO>(c));
+    return inner<decltype(ci), decltype(oi)>{ci, oi};
+  }
+};
+
+/// A plain use whose value is (v0 times) the path derivative of a region whose top occurs
+/// once in F, rank 1 and reached through d[0] itself: F's value comes from the top's, which
+/// the path derivative computes anyway.
+template <class F, class U>
+inline constexpr bool top_in_f_v = [] {
+  using RV = ad::region_value<typename U::value_expr>;
+  if constexpr (!RV::value) {
+    return false;
+  } else {
+    using Top = typename RV::top;
+    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<typename U::value_expr const&>()))>;
+    using M0 = std::remove_cvref_t<decltype(get<0>(std::declval<AM const&>().map_))>;
+    return top_count<F, Top>::value == 1 && shape_of_t<Top>::rank == 1 &&
+           std::is_same_v<M0, ad::ax_dom<0>> &&
+           ad::region_uniform<F, value_type_t<F>>::value;
+  }
+}();
+}  // namespace detail
+
 /// Whether plan element U can carry the value of Root (types only; run_carrying may still
 /// decline at run time: a strided target, a shifted map).
 template <class Root, class U>
@@ -1100,30 +1227,72 @@ bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& ro
   if (n == 0) return true;
   detail::target_addressing<G> const addr(*u.target_);
   T* const base = u.target_->data() + addr.offset(ev::map_value(u.map_, coord<1>{}));
-  // the kernel's value expression as run(u) evaluates it, and F beside it (the two share
-  // their common sub-expressions: one pass)
-  ev::evaluator<V> const vev(u.v_);
-  ev::evaluator<F> const fev(root.arg_);
+  if constexpr (detail::top_in_f_v<F, Use>) {
+    auto const& tm = get<0>(ad::region_at_map(u.v_).map_);
+    if (tm.off_ != 0 || tm.scale_ != 1) return false;
+  }
   constexpr int W = simd::width<T>;
+  using X = simd::pack<T, W>;
   index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
   auto block = [&](index_t b) {
-    T* const tp = base;  // a local: the stores cannot alias it
-    auto const vin = vev.template outer<0>(coord<1>{});
-    auto const fin = fev.template outer<0>(coord<1>{});
-    auto pack_step = [&](index_t j) {
-      auto x = ev::pack_as<T, W>(vin, j);
-      auto y = ev::pack_as<T, W>(fin, j);
-      simd::store<T, W>(tp + j, simd::load<T, W>(tp + j) + x);
-      return y;
-    };
-    auto scalar_step = [&](index_t j) {
-      T x = T(vin.elem(j));
-      T y = T(fin.elem(j));
-      tp[j] += x;
-      return y;
-    };
     index_t const a = b * bsize, e = a + bsize < n ? a + bsize : n;
-    parts[b] = detail::loss_block<T>(a, e, pack_step, scalar_step);
+    T* const tp = base;  // a local: the stores cannot alias it
+    if constexpr (detail::top_in_f_v<F, Use>) {
+      // the region's values and derivatives in one pass (its top's value included), the
+      // adjoint as run(u) computes it, [-](v0 * d top / d x), and F's value from the top's
+      using RV = ad::region_value<V>;
+      auto const& am = ad::region_at_map(u.v_);
+      ev::path_ev<typename RV::top, typename RV::path_type, 0, true> const pe(am.sub_.top_);
+      detail::above_ev<F, typename RV::top> const fa(root.arg_);
+      auto const pin = pe.template outer<0>(coord<1>{});
+      auto const fin = fa.template outer<0>(coord<1>{});
+      auto const v0ev = [&] {
+        if constexpr (RV::has_v0) return ev::evaluator<typename RV::v0>(ad::region_v0(u.v_));
+        else return 0;
+      }();
+      auto const vin = [&] {
+        if constexpr (RV::has_v0) return v0ev.template outer<0>(coord<1>{});
+        else return 0;
+      }();
+      auto pack_step = [&](index_t j) {
+        auto r = pin.template pack<W>(j);
+        X x = r.d;
+        if constexpr (RV::has_v0) x = X(ev::pack_as<T, W>(vin, j) * x);
+        if constexpr (RV::negative) x = X(-x);
+        simd::store<T, W>(tp + j, simd::load<T, W>(tp + j) + x);
+        return fin.template pack<W>(j, X(r.v));
+      };
+      auto scalar_step = [&](index_t j) {
+        auto r = pin.elem(j);
+        T x = T(r.d);
+        if constexpr (RV::has_v0) x = T(T(vin.elem(j)) * x);
+        if constexpr (RV::negative) x = T(-x);
+        tp[j] += x;
+        return fin.elem(j, T(r.v));
+      };
+      parts[b] = detail::loss_block<T, ev::cheap_body_v<V>>(a, e, pack_step, scalar_step);
+    } else {
+      // the kernel's value expression as run(u) evaluates it, and F beside it (the two
+      // share their common sub-expressions: one pass)
+      ev::evaluator<V> const vev(u.v_);
+      ev::evaluator<F> const fev(root.arg_);
+      auto const vin = vev.template outer<0>(coord<1>{});
+      auto const fin = fev.template outer<0>(coord<1>{});
+      auto pack_step = [&](index_t j) {
+        auto x = ev::pack_as<T, W>(vin, j);
+        auto y = ev::pack_as<T, W>(fin, j);
+        simd::store<T, W>(tp + j, simd::load<T, W>(tp + j) + x);
+        return y;
+      };
+      auto scalar_step = [&](index_t j) {
+        T x = T(vin.elem(j));
+        T y = T(fin.elem(j));
+        tp[j] += x;
+        return y;
+      };
+      parts[b] = detail::loss_block<T, ev::cheap_body_v<V> && ev::cheap_body_v<F>>(a, e, pack_step,
+                                                                                scalar_step);
+    }
   };
   if (pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2) pool().run(nb, block);
   else
