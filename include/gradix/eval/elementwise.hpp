@@ -12,23 +12,12 @@
 
 namespace gradix::ev {
 
-template <class Op, class T, class A>
-struct unary_inner;
-template <class Op, class T, class A, class B>
-struct binary_inner;
-
 /// Nodes an inner evaluator computes inline per element (leaves count 1; an inner type may
 /// say its own, `static constexpr std::size_t cost`).
+template <class I, class = void>
+struct inner_cost : std::integral_constant<std::size_t, 1> {};
 template <class I>
-struct inner_cost : std::integral_constant<std::size_t, [] {
-  if constexpr (requires { I::cost; }) return std::size_t(I::cost);
-  else return std::size_t(1);
-}()> {};
-template <class Op, class T, class A>
-struct inner_cost<unary_inner<Op, T, A>> : std::integral_constant<std::size_t, 1 + inner_cost<A>::value> {};
-template <class Op, class T, class A, class B>
-struct inner_cost<binary_inner<Op, T, A, B>>
-    : std::integral_constant<std::size_t, 1 + inner_cost<A>::value + inner_cost<B>::value> {};
+struct inner_cost<I, std::void_t<decltype(I::cost)>> : std::integral_constant<std::size_t, I::cost> {};
 
 /// Deep element expressions are cut into out-of-line pieces of about this many nodes: a node
 /// whose cost enters a new multiple of it (its operands' did not) evaluates in a function of
@@ -43,7 +32,8 @@ template <class Op, class T, class A>
 struct unary_inner {
   using value_type = T;
   A a_;
-  static constexpr bool outlined = outline_v<inner_cost<unary_inner>::value, inner_cost<A>::value>;
+  static constexpr std::size_t cost = 1 + inner_cost<A>::value;
+  static constexpr bool outlined = outline_v<cost, inner_cost<A>::value>;
   GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const { return Op::value(a_.elem(i)); }
 #if !defined(__CUDA_ARCH__)
   [[gnu::noinline]] constexpr T elem_out(index_t i) const { return elem_here(i); }
@@ -77,9 +67,9 @@ struct binary_inner {
   using value_type = T;
   A a_;
   B b_;
+  static constexpr std::size_t cost = 1 + inner_cost<A>::value + inner_cost<B>::value;
   static constexpr bool outlined =
-      outline_v<inner_cost<binary_inner>::value,
-                (inner_cost<A>::value > inner_cost<B>::value ? inner_cost<A>::value : inner_cost<B>::value)>;
+      outline_v<cost, (inner_cost<A>::value > inner_cost<B>::value ? inner_cost<A>::value : inner_cost<B>::value)>;
   GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const {
     return Op::value(T(a_.elem(i)), T(b_.elem(i)));
   }
