@@ -270,12 +270,13 @@ struct path_ev<unary_node<Op, A>, Path, D, NV, false> {
     CI c_;
     static constexpr std::size_t cost = 1 + inner_cost<CI>::value;
     static constexpr bool outlined = outline_v<cost, inner_cost<CI>::value>;  // elementwise.hpp
-    GRADIX_HOST_DEVICE constexpr vd<T> elem_here(index_t i) const {
+    // (the body written out twice, as in elementwise.hpp: no extra call per element in
+    // constant evaluation)
+#if !defined(__CUDA_ARCH__)
+    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const {
       auto x = c_.elem(i);
       return path_detail::unary_step<Op, K, NV, T>({T(x.v), T(x.d)});
     }
-#if !defined(__CUDA_ARCH__)
-    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const { return elem_here(i); }
 #endif
     GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
 #if !defined(__CUDA_ARCH__)
@@ -283,7 +284,8 @@ struct path_ev<unary_node<Op, A>, Path, D, NV, false> {
         if (!std::is_constant_evaluated()) return elem_out(i);
       }
 #endif
-      return elem_here(i);
+      auto x = c_.elem(i);
+      return path_detail::unary_step<Op, K, NV, T>({T(x.v), T(x.d)});
     }
 #if defined(GRADIX_HAS_VECTOR_EXT)
     template <int W>
@@ -347,12 +349,11 @@ struct path_ev<binary_node<Op, L, R>, Path, D, NV, false> {
     static constexpr bool outlined =
         outline_v<cost, (inner_cost<CI>::value > inner_cost<OI>::value ? inner_cost<CI>::value
                                                                        : inner_cost<OI>::value)>;
-    GRADIX_HOST_DEVICE constexpr vd<T> elem_here(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const {
       auto x = c_.elem(i);
       return path_detail::binary_step<Op, K, S, NV, T>({T(x.v), T(x.d)}, T(o_.elem(i)));
     }
-#if !defined(__CUDA_ARCH__)
-    [[gnu::noinline]] constexpr vd<T> elem_out(index_t i) const { return elem_here(i); }
 #endif
     GRADIX_HOST_DEVICE constexpr vd<T> elem(index_t i) const {
 #if !defined(__CUDA_ARCH__)
@@ -360,7 +361,8 @@ struct path_ev<binary_node<Op, L, R>, Path, D, NV, false> {
         if (!std::is_constant_evaluated()) return elem_out(i);
       }
 #endif
-      return elem_here(i);
+      auto x = c_.elem(i);
+      return path_detail::binary_step<Op, K, S, NV, T>({T(x.v), T(x.d)}, T(o_.elem(i)));
     }
 #if defined(GRADIX_HAS_VECTOR_EXT)
     template <int W>

@@ -34,9 +34,11 @@ struct unary_inner {
   A a_;
   static constexpr std::size_t cost = 1 + inner_cost<A>::value;
   static constexpr bool outlined = outline_v<cost, inner_cost<A>::value>;
-  GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const { return Op::value(a_.elem(i)); }
+  // (the body is written out in elem and elem_out, not shared through a third function: a
+  // call per node and element more made clang's constant evaluation of a gradcheck exceed
+  // its step limit)
 #if !defined(__CUDA_ARCH__)
-  [[gnu::noinline]] constexpr T elem_out(index_t i) const { return elem_here(i); }
+  [[gnu::noinline]] constexpr T elem_out(index_t i) const { return Op::value(a_.elem(i)); }
 #endif
   GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
 #if !defined(__CUDA_ARCH__)
@@ -44,7 +46,7 @@ struct unary_inner {
       if (!std::is_constant_evaluated()) return elem_out(i);
     }
 #endif
-    return elem_here(i);
+    return Op::value(a_.elem(i));
   }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
@@ -70,11 +72,10 @@ struct binary_inner {
   static constexpr std::size_t cost = 1 + inner_cost<A>::value + inner_cost<B>::value;
   static constexpr bool outlined =
       outline_v<cost, (inner_cost<A>::value > inner_cost<B>::value ? inner_cost<A>::value : inner_cost<B>::value)>;
-  GRADIX_HOST_DEVICE constexpr T elem_here(index_t i) const {
+#if !defined(__CUDA_ARCH__)
+  [[gnu::noinline]] constexpr T elem_out(index_t i) const {
     return Op::value(T(a_.elem(i)), T(b_.elem(i)));
   }
-#if !defined(__CUDA_ARCH__)
-  [[gnu::noinline]] constexpr T elem_out(index_t i) const { return elem_here(i); }
 #endif
   GRADIX_HOST_DEVICE constexpr T elem(index_t i) const {
 #if !defined(__CUDA_ARCH__)
@@ -82,7 +83,7 @@ struct binary_inner {
       if (!std::is_constant_evaluated()) return elem_out(i);
     }
 #endif
-    return elem_here(i);
+    return Op::value(T(a_.elem(i)), T(b_.elem(i)));
   }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
