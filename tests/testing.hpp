@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -35,6 +37,28 @@ std::string all_close(A const& a_in, B const& b_in, double rtol = 1e-6, double a
     }
   }
   return "";
+}
+
+/// Sets the pool's thread count for a scope (thread_scope(n)), or only keeps it
+/// (thread_scope()), and restores the count it had at the end.
+class thread_scope {
+ public:
+  thread_scope() = default;
+  explicit thread_scope(int n) { set_num_threads(n); }
+  thread_scope(thread_scope const&) = delete;
+  thread_scope& operator=(thread_scope const&) = delete;
+  ~thread_scope() { set_num_threads(saved_); }
+
+ private:
+  int saved_ = num_threads();
+};
+
+/// The bits of a float or a double (results compared bit for bit).
+template <class T>
+auto bits_of(T v) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "bits_of: a float or a double");
+  if constexpr (sizeof(T) == 4) return std::bit_cast<std::uint32_t>(v);
+  else return std::bit_cast<std::uint64_t>(v);
 }
 
 }  // namespace gradix::testing

@@ -10,15 +10,9 @@
 #include <vector>
 
 namespace gx = gradix;
+using gx::testing::thread_scope;
 using gx::dyn;
 using gx::shape;
-
-namespace {
-struct thread_count_guard {
-  int saved = gx::num_threads();
-  ~thread_count_guard() { gx::set_num_threads(saved); }
-};
-}  // namespace
 
 TEST_CASE(
     "founding benchmark: sum(Eb(all, i) + Ea(all, at(j))) gives exact counts, per term and "
@@ -186,7 +180,7 @@ TEST_CASE("float against double: the same expressions on 33 x 41 agree to float 
 }
 
 TEST_CASE("parallel paths: 400 x 300 (injective and projected kernels) for 1 and 4 threads") {
-  thread_count_guard guard;
+  thread_scope guard;
   auto x = gx::param(gx::uniform<double>(gx::dims(400, 300), 751, -1.0, 1.0));
   auto m = gx::uniform<double>(gx::dims(400, 300), 752, -1.0, 1.0);
   auto r =

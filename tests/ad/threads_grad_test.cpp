@@ -10,15 +10,11 @@
 #include <vector>
 
 namespace gx = gradix;
+using gx::testing::thread_scope;
 using gx::dyn;
 using gx::shape;
 
 namespace {
-
-struct thread_count_guard {
-  int saved = gx::num_threads();
-  ~thread_count_guard() { gx::set_num_threads(saved); }
-};
 
 constexpr gx::index_t n_rows = 64;
 constexpr gx::index_t n_cols = 200000;
@@ -34,7 +30,7 @@ std::vector<std::int32_t> duplicate_indices() {
 /// checks that every gradient is bit-identical to the first. Returns the first gradient.
 template <class P, class F>
 auto check_bit_identical(P& p, F&& run) {
-  thread_count_guard guard;
+  thread_scope guard;
   gx::set_num_threads(1);
   gx::zero_grad(p);
   run(p);

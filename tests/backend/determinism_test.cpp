@@ -19,23 +19,12 @@
 #include <vector>
 
 namespace gx = gradix;
+using gx::testing::bits_of;
+using gx::testing::thread_scope;
 using gx::dyn;
 using gx::shape;
 
 namespace {
-
-struct thread_scope {
-  explicit thread_scope(int n) { gx::set_num_threads(n); }
-  thread_scope(thread_scope const&) = delete;
-  thread_scope& operator=(thread_scope const&) = delete;
-  ~thread_scope() { gx::set_num_threads(gx::host::default_num_threads()); }
-};
-
-template <class T>
-auto bits_of(T v) {
-  if constexpr (sizeof(T) == 4) return std::bit_cast<std::uint32_t>(v);
-  else return std::bit_cast<std::uint64_t>(v);
-}
 
 /// Thread counts of a comparison, and how often each runs (repeated runs with 1 and 4).
 constexpr int thread_counts[] = {1, 2, 3, 4};

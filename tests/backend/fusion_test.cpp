@@ -32,6 +32,7 @@
 #include <vector>
 
 namespace gx = gradix;
+using gx::testing::thread_scope;
 using gx::dyn;
 using gx::shape;
 
@@ -68,13 +69,6 @@ void reset_counts() {
 }
 
 /// Sets the thread count for a scope.
-struct thread_scope {
-  explicit thread_scope(int n) { gx::set_num_threads(n); }
-  thread_scope(thread_scope const&) = delete;
-  thread_scope& operator=(thread_scope const&) = delete;
-  ~thread_scope() { gx::set_num_threads(gx::host::default_num_threads()); }
-};
-
 /// A size/threads configuration: small runs serially, large goes through the pool.
 struct config {
   int m, n, threads;

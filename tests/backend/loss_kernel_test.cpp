@@ -17,17 +17,11 @@
 #include <vector>
 
 namespace gx = gradix;
+using gx::testing::thread_scope;
 using gx::dyn;
 using gx::shape;
 
 namespace {
-
-struct thread_scope {
-  explicit thread_scope(int n) { gx::set_num_threads(n); }
-  thread_scope(thread_scope const&) = delete;
-  thread_scope& operator=(thread_scope const&) = delete;
-  ~thread_scope() { gx::set_num_threads(gx::host::default_num_threads()); }
-};
 
 using PV = gx::parameter<float, shape<dyn>>;
 

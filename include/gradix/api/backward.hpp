@@ -71,22 +71,20 @@ void check_finite_gradients(Plan const& p, char const* op) {
   });
 }
 
-/// Runs a plan in two phases (strong guarantee). First, with every target storage marked
-/// busy (a concurrent call on the same parameter throws) and its tracking state recorded,
-/// the serial pre-pass reserves slots, marks touched slices and reserves the kernels'
-/// scratch; if that fails (out of memory), the storages are restored and the error is a
-/// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
-template <class Plan>
-constexpr void run_plan(Plan const& p, char const* op) {
-  storage_guard<plan_uses_v<Plan>> guard(op);
+/// Marks every target storage of a plan busy in guard (a concurrent call on the same
+/// parameter throws) and records its tracking state.
+template <class Guard, class Plan>
+constexpr void guard_targets(Guard& guard, Plan const& p) {
   for_each_element(p, [&](auto const& pu) {
     for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
   });
-  if (std::is_constant_evaluated()) {
-    for_each_element(p, [](auto const& u) { host::prepare(u); });
-    for_each_element(p, [](auto const& u) { host::run_serial(u); });
-    return;
-  }
+}
+
+/// The serial pre-pass of a plan on the host (its targets taken by guard): reserves slots,
+/// marks touched slices and reserves the kernels' scratch; if that fails (out of memory), the
+/// storages are restored and the error is a gradix::error naming `op`.
+template <class Guard, class Plan>
+void prepare_plan(Guard& guard, Plan const& p, char const* op) {
   try {
     for_each_element(p, [](auto const& u) { host::prepare(u); });
     std::size_t need = 0;
@@ -99,6 +97,23 @@ constexpr void run_plan(Plan const& p, char const* op) {
     guard.rollback();
     throw;
   }
+}
+
+/// Runs a plan in two phases (strong guarantee). First, with every target storage marked
+/// busy (a concurrent call on the same parameter throws) and its tracking state recorded,
+/// the serial pre-pass reserves slots, marks touched slices and reserves the kernels'
+/// scratch; if that fails (out of memory), the storages are restored and the error is a
+/// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
+template <class Plan>
+constexpr void run_plan(Plan const& p, char const* op) {
+  storage_guard<plan_uses_v<Plan>> guard(op);
+  guard_targets(guard, p);
+  if (std::is_constant_evaluated()) {
+    for_each_element(p, [](auto const& u) { host::prepare(u); });
+    for_each_element(p, [](auto const& u) { host::run_serial(u); });
+    return;
+  }
+  prepare_plan(guard, p, op);
   for_each_element(p, [](auto const& u) { host::run(u); });
   if (check_finite()) check_finite_gradients(p, op);
 }
@@ -133,21 +148,8 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   T parts[ev::max_blocks];
   bool carried = false;
   storage_guard<plan_uses_v<Plan>> guard(op);
-  for_each_element(p, [&](auto const& pu) {
-    for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
-  });
-  try {
-    for_each_element(p, [](auto const& u) { host::prepare(u); });
-    std::size_t need = 0;
-    for_each_element(p, [&](auto const& u) { need = std::max(need, host::scratch_bytes(u)); });
-    host::scratch().reserve(need);
-  } catch (std::bad_alloc const&) {
-    guard.rollback();
-    fail(op, ": out of memory in the pre-pass (gradients unchanged)");
-  } catch (...) {
-    guard.rollback();
-    throw;
-  }
+  guard_targets(guard, p);
+  prepare_plan(guard, p, op);
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ([&] {
        if constexpr (int(K) == C) {
@@ -168,8 +170,6 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   if constexpr (std::is_same_v<typename host::detail::loss_root<Root>::op, op::mean_of>) r = r / T(n);
   return r;
 }
-
-
 
 }  // namespace detail
 

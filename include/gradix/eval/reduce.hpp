@@ -278,23 +278,20 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
         acc[q] = Op::combine(acc[q], pack_as<acc_type, pack_w>(in, j + q * pack_w));
     }
   }
-  /// Adds the last rem (< L) elements of a run, from j on.
+  /// Adds the last rem (< L) elements of a run, from j on: lanes rem .. L - 1 of the last
+  /// pack that has elements hold Op's pad, packs past it are left alone. The elements are
+  /// read by one scalar loop into a padded buffer (one copy of the operand's scalar code,
+  /// not one per pack).
   template <class P, class In>
   GRADIX_ALWAYS_INLINE static void add_tail(P* acc, In const& in, index_t j, index_t rem) {
     using T = acc_type;
+    alignas(sizeof(P)) T buf[pack_l];
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q) simd::store<T, pack_w>(buf + q * pack_w, simd::splat<T, pack_w>(Op::template pad<T>()));
+    GRADIX_NO_UNROLL
+    for (index_t w = 0; w < rem; ++w) buf[w] = T(in.elem(j + w));
     auto one = [&](int q) {
-      index_t lo = q * pack_w;
-      if (lo < rem) {
-        P t = simd::splat<T, pack_w>(Op::template pad<T>());
-        index_t m = rem - lo < pack_w ? rem - lo : pack_w;
-        if constexpr (cheap) {
-          for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
-        } else {
-          GRADIX_NO_UNROLL
-          for (index_t w = 0; w < m; ++w) t[w] = T(in.elem(j + lo + w));
-        }
-        acc[q] = Op::combine(acc[q], t);
-      }
+      if (q * pack_w < rem) acc[q] = Op::combine(acc[q], simd::load<T, pack_w>(buf + q * pack_w));
     };
     if constexpr (cheap) {
       GRADIX_UNROLL(16)
@@ -376,13 +373,33 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     GRADIX_UNROLL(8)
     for (int g = 0; g < G; ++g) advance(c[g], len);
   }
-  /// Runs one cursor to the end of its block.
+  /// One cursor alone: to the end of its block (to_end), or its next run only. Out of line,
+  /// one copy per reduction: it is what a lone block runs, and what a group runs only where
+  /// its cursors' runs differ (at a block's first or last row) and to finish. Callers pass
+  /// copies of their lanes and cursor, so that their own never have their address taken and
+  /// stay in registers in the group's loops. (Inlined at each of those places, the body
+  /// was 5-7 copies of the run loop per reduction: the founding example's 16 reductions
+  /// spent most of their compile time on them.)
   template <class P>
-  GRADIX_ALWAYS_INLINE void drain(cursor& c, P (&acc)[pack_n]) const {
+  [[gnu::noinline]] GRADIX_FLATTEN void run_alone(cursor& c, P (&acc)[pack_n], bool to_end) const {
     while (c.active()) {
-      if (index_t m = whole_runs(c); m > 0) take_whole<1>(&c, &acc, m);
+      index_t m = to_end ? whole_runs(c) : 0;
+      if (m > 0) take_whole<1>(&c, &acc, m);
       else step<1>(&c, &acc, run_length(c));
+      if (!to_end) break;
     }
+  }
+  /// run_alone on copies of a group member's cursor and lanes.
+  template <class P>
+  GRADIX_ALWAYS_INLINE void run_alone_copy(cursor& c, P (&acc)[pack_n], bool to_end) const {
+    cursor cc = c;
+    P t[pack_n];
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q) t[q] = acc[q];
+    run_alone(cc, t, to_end);
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q) acc[q] = t[q];
+    c = cc;
   }
   /// Combines a finished cursor's lanes by the scheme's tree.
   template <class P>
@@ -393,13 +410,13 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     return l.result();
   }
   /// Block k alone (the SIMD path of block()).
-  GRADIX_FLATTEN value_type block_simd(coord<in_rank> a, index_t k, index_t n, index_t bsize) const {
+  [[gnu::noinline]] value_type block_simd(coord<in_rank> a, index_t k, index_t n, index_t bsize) const {
     using P = simd::pack<acc_type, pack_w>;
     cursor c{a, 0, 0, 0};
     block_start(c.a_, k, n, bsize, c.f_, c.f1_, c.off_);
     P acc[pack_n];
     start(acc);
-    drain(c, acc);
+    run_alone(c, acc, true);
     return finish(acc);
   }
   /// Blocks k0 .. k0 + group - 1, interleaved: out[g] gets the result of block k0 + g, the
@@ -431,16 +448,18 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
       if (!all) break;
       if (m > 0) {
         take_whole<G>(c, acc, m);
-      } else if (same) {
+      } else if (same && !static_runs) {
+        // (with static runs, a run that is not whole starts or ends a block: the cursors
+        // take it alone, below)
         step<G>(c, acc, len);
       } else {
         GRADIX_UNROLL(8)
-        for (int g = 0; g < G; ++g) step<1>(&c[g], &acc[g], run_length(c[g]));
+        for (int g = 0; g < G; ++g) run_alone_copy(c[g], acc[g], false);
       }
     }
     GRADIX_UNROLL(8)
     for (int g = 0; g < G; ++g) {
-      drain(c[g], acc[g]);
+      run_alone_copy(c[g], acc[g], true);
       out[g] = finish(acc[g]);
     }
   }

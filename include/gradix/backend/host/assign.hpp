@@ -51,16 +51,17 @@ constexpr void for_each_run(array<index_t, R> const& ext, index_t f0, index_t f1
 template <class Body>
 void parallel_ranges(index_t n, Body&& body, index_t grain = parallel_min_elements) {
   thread_pool& p = pool();
-  if (n < 2 * grain || p.size() == 1) {
-    body(index_t(0), n);
-    return;
+  // small, or one thread: one task, [0, n), run on the calling thread (through the same
+  // task function, so that body is compiled once)
+  index_t tasks = 1, chunk = n;
+  if (n >= 2 * grain && p.size() > 1) {
+    tasks = n / grain;
+    index_t max_tasks = index_t(p.size()) * 8;
+    if (tasks > max_tasks) tasks = max_tasks;
+    chunk = (n + tasks - 1) / tasks;
+    chunk = (chunk + 63) / 64 * 64;  // keep task boundaries aligned to whole cache lines
+    tasks = (n + chunk - 1) / chunk;
   }
-  index_t tasks = n / grain;
-  index_t max_tasks = index_t(p.size()) * 8;
-  if (tasks > max_tasks) tasks = max_tasks;
-  index_t chunk = (n + tasks - 1) / tasks;
-  chunk = (chunk + 63) / 64 * 64;  // keep task boundaries aligned to whole cache lines
-  tasks = (n + chunk - 1) / chunk;
   auto task = [&](index_t k) {
     index_t a = k * chunk;
     index_t b = a + chunk < n ? a + chunk : n;
@@ -69,25 +70,35 @@ void parallel_ranges(index_t n, Body&& body, index_t grain = parallel_min_elemen
   p.run(tasks, task);
 }
 
-/// Executor that runs the blocks of a reduction on the thread pool.
+/// Executor that runs the blocks of a reduction on the thread pool, or (serial_, and in
+/// constant evaluation) in order on the calling thread.
 struct pool_exec {
+  bool serial_ = false;
   /// Number of threads that run tasks.
-  index_t workers() const { return index_t(pool().size()); }
+  constexpr index_t workers() const {
+    return serial_ || std::is_constant_evaluated() ? 1 : index_t(pool().size());
+  }
   template <class F>
-  void operator()(index_t n, F&& f) const {
-    pool().run(n, f);
+  constexpr void operator()(index_t n, F&& f) const {
+    if (std::is_constant_evaluated()) {
+      for (index_t k = 0; k < n; ++k) f(k);
+      return;
+    }
+    pool().run(n, f, serial_);
   }
 };
 
-/// The value of a rank-0 expression; a reduction at the root runs its blocks in parallel.
+/// The value of a rank-0 expression; a reduction at the root runs its blocks in parallel
+/// when it is large. (One executor type for both cases: the root's reduction is compiled
+/// once.)
 template <class E>
 constexpr value_type_t<E> value(E const& e) {
   ev::evaluator<E> ev(e);
   if constexpr (is_reduce_node<E>::value) {
-    if (!std::is_constant_evaluated() && ev.count() >= 2 * parallel_min_elements)
-      return ev.compute(coord<0>{}, pool_exec{});
+    return ev.compute(coord<0>{}, pool_exec{std::is_constant_evaluated() || ev.count() < 2 * parallel_min_elements});
+  } else {
+    return ev(coord<0>{});
   }
-  return ev(coord<0>{});
 }
 
 /// Writes e into dst (same shape, checked by the caller).

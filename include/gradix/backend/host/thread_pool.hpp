@@ -46,21 +46,29 @@ class thread_pool {
     start(n);
   }
 
-  /// Runs f(k) for k in [0, n): each task exactly once, on any thread, in any order.
+  /// Runs f(k) for k in [0, n): each task exactly once, on any thread, in any order; with
+  /// serial, in order on the calling thread.
   template <class F>
-  void run(index_t n, F& f) {
+  void run(index_t n, F& f, bool serial = false) {
     if (n <= 0) return;
-    if (n == 1 || in_worker() || size() == 1) {
-      for (index_t k = 0; k < n; ++k) f(k);
-      return;
-    }
-    run_erased(n, [](void* ctx, index_t k) { (*static_cast<F*>(ctx))(k); }, &f);
+    run_erased(n, &task_thunk<F>, &f, serial);
   }
 
  private:
+  /// A task type's one entry point: f's body is compiled here once, whether its tasks run
+  /// on the pool or on the calling thread (a serial loop of its own in run() was a second
+  /// copy of every kernel's task).
+  template <class F>
+  [[gnu::noinline]] static void task_thunk(void* ctx, index_t k) {
+    (*static_cast<F*>(ctx))(k);
+  }
   /// The pool's side of run(), once per program rather than once per task type (every
   /// kernel's instantiation of run() is a small thunk around this).
-  [[gnu::noinline]] void run_erased(index_t n, void (*fn)(void*, index_t), void* ctx) {
+  [[gnu::noinline]] void run_erased(index_t n, void (*fn)(void*, index_t), void* ctx, bool serial) {
+    if (serial || n == 1 || in_worker() || size() == 1) {
+      for (index_t k = 0; k < n; ++k) fn(ctx, k);
+      return;
+    }
     std::unique_lock<std::mutex> busy(run_mutex_);  // one job at a time
     if (workers_.empty()) {  // resized to 1 thread while this caller waited
       busy.unlock();
@@ -164,7 +172,10 @@ inline int default_num_threads() {
 }
 
 /// The process-wide pool (started on first use).
-inline thread_pool& pool() {
+/// The process's pool, started on first use. Out of line: inlined, the guarded start of the
+/// pool (threads, vector growth, exit registration) was copied into every kernel that asks
+/// for the pool's size.
+[[gnu::noinline]] inline thread_pool& pool() {
   static thread_pool p(default_num_threads());
   return p;
 }

@@ -544,34 +544,35 @@ void run(ad::fused_use<U1, U2> const& f) {
     GRADIX_UNROLL(16)
     for (int q = 0; q < NQ; ++q) simd::store<TA, W>(row + q * W, racc[q]);
     for (int i = 0; i < int(static_in); ++i) tb[i * tsb] += row[i];
-    return;
-  }
+  } else  // (the row in memory is not compiled for a row in registers)
 #endif
-  TB row[max_row] = {};
-  coord<RD> o{};
-  do {
-    TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
-    auto in = vev.template outer<I>(o);
-    auto add = [&](int i) {
-      auto x = in.elem(i);
-      tp[i] += TA(x);
-      row[i] += TB(x);
-    };
+  {
+    TB row[max_row] = {};
+    coord<RD> o{};
+    do {
+      TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
+      auto in = vev.template outer<I>(o);
+      auto add = [&](int i) {
+        auto x = in.elem(i);
+        tp[i] += TA(x);
+        row[i] += TB(x);
+      };
 #if defined(GRADIX_HAS_VECTOR_EXT)
-    if constexpr (std::is_same_v<TA, TB>) {
-      int i = 0;
-      for (; i + W <= n_row; i += W) {
-        auto x = ev::pack_as<TA, W>(in, i);
-        simd::store<TA, W>(tp + i, simd::load<TA, W>(tp + i) + x);
-        simd::store<TB, W>(row + i, simd::load<TB, W>(row + i) + x);
+      if constexpr (std::is_same_v<TA, TB>) {
+        int i = 0;
+        for (; i + W <= n_row; i += W) {
+          auto x = ev::pack_as<TA, W>(in, i);
+          simd::store<TA, W>(tp + i, simd::load<TA, W>(tp + i) + x);
+          simd::store<TB, W>(row + i, simd::load<TB, W>(row + i) + x);
+        }
+        for (int t = 0; t < W - 1 && i < n_row; ++t, ++i) add(i);  // the tail: under W
+        continue;
       }
-      for (int t = 0; t < W - 1 && i < n_row; ++t, ++i) add(i);  // the tail: under W
-      continue;
-    }
 #endif
-    for (int i = 0; i < n_row; ++i) add(i);
-  } while (detail::next_coord(o, ext, O));
-  for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
+      for (int i = 0; i < n_row; ++i) add(i);
+    } while (detail::next_coord(o, ext, O));
+    for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -942,9 +943,7 @@ bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]]
       index_t const a = b * bsize, e = a + bsize < n_in ? a + bsize : n_in;
       body(o, a, e, nullptr, vout + b);
     };
-    if (parallel && nbv >= 2) pool().run(nbv, vblock);
-    else
-      for (index_t b = 0; b < nbv; ++b) vblock(b);
+    pool().run(nbv, vblock, !(parallel && nbv >= 2));  // serial: in order, here
     return true;
   }
   T* const base = z.nb > 0 ? scratch().try_get<T>(std::size_t(z.nb) * std::size_t(z.stride)) : nullptr;
@@ -1000,9 +999,7 @@ bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]]
       body(coord<RD>{}, a, e, blk);
     }
   };
-  if (parallel && nb >= 2) pool().run(nb, block);
-  else
-    for (index_t b = 0; b < nb; ++b) block(b);
+  pool().run(nb, block, !(parallel && nb >= 2));  // serial: in order, here
   // the partials, in block order, added once to each target
   std::size_t k = 0;
   for_each_element(mu.uses_, [&](auto const& u) {
@@ -1294,9 +1291,7 @@ bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& ro
                                                                                 scalar_step);
     }
   };
-  if (pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2) pool().run(nb, block);
-  else
-    for (index_t b = 0; b < nb; ++b) block(b);
+  pool().run(nb, block, !(pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2));
   return true;
 #endif
 }
