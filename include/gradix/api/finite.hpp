@@ -37,7 +37,7 @@
 namespace gradix {
 
 namespace detail {
-inline std::atomic<bool>& check_finite_flag() {
+[[gnu::noinline]] inline std::atomic<bool>& check_finite_flag() {  // out of line: see host::scratch()
   static std::atomic<bool> flag{[] {
     char const* s = std::getenv("GRADIX_CHECK_FINITE");
     return s && s[0] != '\0' && s[0] != '0';

@@ -68,7 +68,7 @@ struct saved_workspace {
   saved_workspace& operator=(saved_workspace const&) = delete;
   ~saved_workspace() { ::operator delete(p_, std::align_val_t{64}); }
 };
-inline saved_workspace& thread_workspace() {
+[[gnu::noinline]] inline saved_workspace& thread_workspace() {  // out of line: see host::scratch()
   thread_local saved_workspace w;
   return w;
 }

@@ -62,7 +62,8 @@ struct scratch_buffer {
 };
 /// The calling thread's scratch buffer (per user thread: concurrent backward calls from
 /// several threads never share it).
-inline scratch_buffer& scratch() {
+/// Out of line, as host::pool(): one copy of the thread-local start and exit registration.
+[[gnu::noinline]] inline scratch_buffer& scratch() {
   thread_local scratch_buffer s;
   return s;
 }
