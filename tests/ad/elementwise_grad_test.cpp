@@ -4,9 +4,11 @@
 #include "ad/numgrad.hpp"
 #include "testing.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace gx = gradix;
 using gx::dyn;
@@ -63,6 +65,19 @@ TEST_CASE_TEMPLATE("elementwise: unary functions match central differences", C, 
   SUBCASE("relu") {
     CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::relu(p)); }, x);
   }
+  SUBCASE("softplus") {
+    auto y = C::make(18, -6.0, 6.0);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::softplus(p)); }, y);
+  }
+  SUBCASE("log_sigmoid") {
+    auto y = C::make(19, -6.0, 6.0);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log_sigmoid(p)); }, y);
+  }
+  SUBCASE("clamp") {
+    // |x| in [0.2, 1]: bounds at +-0.5 and 0.7 are away from every element
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::clamp(p, -0.5, 0.7)); }, x);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::clamp(p * 3.0, -2.0, 1.5) * p); }, x);
+  }
   SUBCASE("sqrt") {
     auto y = C::make(14, 0.3, 2.0);
     CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sqrt(p)); }, y);
@@ -116,6 +131,8 @@ TEST_CASE("elementwise: float functions (gradix's own polynomials) match central
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log1p(p)); }, xp, o);
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::sin(p)); }, x, o);
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::cos(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::softplus(p)); }, x, o);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(w * gx::log_sigmoid(p)); }, x, o);
 }
 
 TEST_CASE("elementwise: a float gradient has the same bits in a full pack and in a loop tail") {
@@ -147,6 +164,67 @@ TEST_CASE("elementwise: a float gradient has the same bits in a full pack and in
   check(xp, gx::log1p(xp), gx::op::log1p{});
   check(x, gx::sin(x), gx::op::sin{});
   check(x, gx::cos(x), gx::op::cos{});
+  check(x, gx::softplus(x), gx::op::softplus{});
+  check(x, gx::log_sigmoid(x), gx::op::log_sigmoid{});
+}
+
+TEST_CASE("elementwise: softplus and log_sigmoid are stable at both ends and accurate in float") {
+  // against log1p(exp(x)) and -log1p(exp(-x)) in double, over [-100, 100] and the ends
+  std::vector<float> xs;
+  for (int k = -4000; k <= 4000; ++k) xs.push_back(float(k) * 0.025f);
+  for (float v : {-1e30f, -3e4f, -700.f, 87.f, 89.f, 700.f, 3e4f, 1e30f}) xs.push_back(v);
+  auto x = gx::tensor<float, gx::shape<gx::dyn>>(gx::dims(gx::index_t(xs.size())));
+  for (std::size_t k = 0; k < xs.size(); ++k) x.data()[k] = xs[k];
+  auto sp = gx::eval(gx::softplus(x));
+  auto ls = gx::eval(gx::log_sigmoid(x));
+  double worst_sp = 0, worst_ls = 0;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    double v = xs[k];
+    double want_sp = v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+    double want_ls = v < 0 ? v - std::log1p(std::exp(v)) : -std::log1p(std::exp(-v));
+    double got_sp = sp.data()[k], got_ls = ls.data()[k];
+    REQUIRE(std::isfinite(got_sp));
+    REQUIRE(std::isfinite(got_ls));
+    // relative error, with the float denormal range as the absolute floor
+    auto err = [](double got, double want) {
+      return std::abs(got - want) / std::max(std::abs(want), 1e-37);
+    };
+    worst_sp = std::max(worst_sp, err(got_sp, want_sp));
+    worst_ls = std::max(worst_ls, err(got_ls, want_ls));
+  }
+  CHECK(worst_sp < 4e-7);  // about 3 ulp: exp and log1p each within 1-2 ulp, one addition
+  CHECK(worst_ls < 4e-7);
+  // the ends: no overflow, no loss
+  auto e = gx::tensor<double, gx::shape<4>>{-800.0, -40.0, 40.0, 800.0};
+  auto spe = gx::eval(gx::softplus(e));
+  auto lse = gx::eval(gx::log_sigmoid(e));
+  CHECK(spe.data()[0] == 0.0);
+  CHECK(spe.data()[1] == doctest::Approx(std::exp(-40.0)).epsilon(1e-12));
+  CHECK(spe.data()[3] == 800.0);
+  CHECK(lse.data()[0] == -800.0);
+  CHECK(lse.data()[2] == doctest::Approx(-std::exp(-40.0)).epsilon(1e-12));
+  CHECK(lse.data()[3] == 0.0);
+  // NaN propagates; clamp too
+  auto n = gx::tensor<float, gx::shape<2>>{std::nanf(""), 1.0f};
+  CHECK(std::isnan(gx::eval(gx::softplus(n)).data()[0]));
+  CHECK(std::isnan(gx::eval(gx::log_sigmoid(n)).data()[0]));
+  CHECK(std::isnan(gx::eval(gx::clamp(n, 0.0f, 0.5f)).data()[0]));
+  CHECK(gx::eval(gx::clamp(n, 0.0f, 0.5f)).data()[1] == 0.5f);
+}
+
+TEST_CASE("elementwise: clamp's gradient is 1 on the closed interval, 0 outside, and reaches tensor bounds") {
+  auto x = gx::param(gx::tensor<double, gx::shape<6>>{-2.0, -1.0, -0.5, 0.5, 1.0, 2.0});
+  auto g = gx::grad(gx::sum(gx::clamp(x, -1.0, 1.0)), x).to_dense();
+  double want[] = {0, 1, 1, 1, 1, 0};
+  for (int k = 0; k < 6; ++k) CHECK(g.data()[k] == want[k]);
+  // lo > hi: the result is hi everywhere, no gradient to x
+  auto v = gx::eval(gx::clamp(x.value(), 1.0, -1.0));
+  for (int k = 0; k < 6; ++k) CHECK(v.data()[k] == -1.0);
+  // tensor bounds get the gradient where they bind
+  auto lo = gx::param(gx::tensor<double, gx::shape<6>>{-1.5, -1.5, 0.0, 0.0, 0.0, 0.0});
+  auto gl = gx::grad(gx::sum(gx::clamp(x.value(), lo, 1.5)), lo).to_dense();
+  double want_l[] = {1, 0, 1, 0, 0, 0};
+  for (int k = 0; k < 6; ++k) CHECK(gl.data()[k] == want_l[k]);
 }
 
 TEST_CASE_TEMPLATE("elementwise: operators between a parameter and a tensor, either side", C,

@@ -35,6 +35,11 @@ constexpr auto r_tanh = gx::gradcheck([](auto const& a) {
   return gx::sum(gx::tanh(a - 1.0) * gx::sigmoid(-a) + gx::pow(a, 1.5) + gx::pow(2.0, a) - (-a) * a);
 }, x);
 GRADIX_STATIC_GRADCHECK(r_tanh);
+constexpr auto r_softplus = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::softplus(a * 3.0 - 4.0) * w + gx::log_sigmoid(2.0 - a * 2.0) +
+                 gx::clamp(a, 0.8, 2.2) * a);  // x has no element at 0.8 or 2.2
+}, x);
+GRADIX_STATIC_GRADCHECK(r_softplus);
 constexpr auto r_kinks = gx::gradcheck([](auto const& a) {
   return gx::sum(gx::relu(a - 1.25) * a + gx::abs(a - 1.75) + gx::max(a, 2.25) * a +
                  gx::min(a * a, 1.5));

@@ -267,6 +267,20 @@ constexpr auto log1p(X&& x) {
   else return scalar_node<float>{};
 }
 template <detail::non_scalar X>
+constexpr auto softplus(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::softplus: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::softplus>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto log_sigmoid(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::log_sigmoid: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::log_sigmoid>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
 constexpr auto sin(X&& x) {
   constexpr bool ok = operand<X>;
   static_assert(ok, "gradix::sin: the operand is not a gradix expression, tensor or parameter");
@@ -337,6 +351,19 @@ constexpr auto min(L&& l, R&& r) {
   static_assert(ok, "gradix::min: an operand is not a gradix expression, tensor, parameter or "
                     "arithmetic scalar");
   if constexpr (ok) return detail::make_binary<op::min>(static_cast<L&&>(l), static_cast<R&&>(r));
+  else return scalar_node<float>{};
+}
+/// x limited to [lo, hi]: min(max(x, lo), hi), elementwise; lo and hi are scalars or
+/// expressions that broadcast with x. The gradient to x is 1 on the closed interval
+/// [lo, hi] and 0 outside it (ties go to x), and reaches lo or hi where they bound x. With
+/// lo > hi the result is hi. A NaN in x gives NaN.
+template <detail::non_scalar X, class Lo, class Hi>
+constexpr auto clamp(X&& x, Lo&& lo, Hi&& hi) {
+  constexpr bool ok = operand<X> && detail::binary_operands<X, Lo> && detail::binary_operands<X, Hi>;
+  static_assert(ok, "gradix::clamp: x must be a gradix expression, tensor or parameter, and lo "
+                    "and hi gradix expressions or arithmetic scalars");
+  if constexpr (ok)
+    return min(max(static_cast<X&&>(x), static_cast<Lo&&>(lo)), static_cast<Hi&&>(hi));
   else return scalar_node<float>{};
 }
 /// Element type conversion: `cast<float>(int_index_tensor)`.

@@ -95,6 +95,36 @@ struct log1p {
     return simd::constant<T>(1) / (simd::constant<T>(1) + x);
   }
 };
+/// y = log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|): no overflow for large x, no
+/// loss of a tiny result for very negative x;  dy/dx = sigmoid(x)
+struct softplus {
+  static constexpr char const* name = "softplus";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    T const neg_abs = GRADIX_LANEWISE(v < decltype(v)(0) ? v : -v);  // -|x| (NaN stays NaN)
+    T const pos = GRADIX_LANEWISE(v > decltype(v)(0) ? v : decltype(v)(0));
+    return pos + log1p::value(exp::value(neg_abs));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return sigmoid::value(x); }
+};
+/// y = log(sigmoid(x)) = min(x, 0) - log1p(e^-|x|) (stable at both ends);
+/// dy/dx = 1 - sigmoid(x) = sigmoid(-x)
+struct log_sigmoid {
+  static constexpr char const* name = "log_sigmoid";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    T const neg_abs = GRADIX_LANEWISE(v < decltype(v)(0) ? v : -v);
+    T const neg = GRADIX_LANEWISE(v < decltype(v)(0) ? v : decltype(v)(0));
+    return neg - log1p::value(exp::value(neg_abs));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) { return sigmoid::value(-x); }
+};
 /// y = sin(x);  dy/dx = cos(x). Float: NaN for |x| >= 2^25 (core/vmath.hpp).
 struct sin {
   static constexpr char const* name = "sin";
