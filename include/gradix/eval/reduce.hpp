@@ -290,16 +290,9 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     for (int q = 0; q < pack_n; ++q) simd::store<T, pack_w>(buf + q * pack_w, simd::splat<T, pack_w>(Op::template pad<T>()));
     GRADIX_NO_UNROLL
     for (index_t w = 0; w < rem; ++w) buf[w] = T(in.elem(j + w));
-    auto one = [&](int q) {
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < pack_n; ++q)
       if (q * pack_w < rem) acc[q] = Op::combine(acc[q], simd::load<T, pack_w>(buf + q * pack_w));
-    };
-    if constexpr (cheap) {
-      GRADIX_UNROLL(16)
-      for (int q = 0; q < pack_n; ++q) one(q);
-    } else {
-      GRADIX_NO_UNROLL
-      for (int q = 0; q < pack_n; ++q) one(q);
-    }
   }
   /// Inner evaluators of the runs that start at a[0], ..., a[G - 1].
   template <int G>

@@ -95,7 +95,7 @@ template <class E>
 constexpr value_type_t<E> value(E const& e) {
   ev::evaluator<E> ev(e);
   if constexpr (is_reduce_node<E>::value) {
-    return ev.compute(coord<0>{}, pool_exec{std::is_constant_evaluated() || ev.count() < 2 * parallel_min_elements});
+    return ev.compute(coord<0>{}, pool_exec{ev.count() < 2 * parallel_min_elements});
   } else {
     return ev(coord<0>{});
   }
