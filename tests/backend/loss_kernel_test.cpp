@@ -254,3 +254,80 @@ TEST_CASE("max: the arg-max over two reduced axes is the first in row-major orde
         CHECK_MESSAGE(g(a, b, c) == (flat == first ? 1.f : 0.f), a, " ", b, " ", c);
       }
 }
+
+namespace {
+using PM = gx::parameter<float, shape<dyn, dyn>>;
+// the arg-max kernel of a row max carries the loss (one search per row gives both)
+static_assert(carrier_v<decltype(gx::sum(gx::max<1>(std::declval<PM&>())))> == 0);
+static_assert(carrier_v<decltype(gx::mean(gx::max<1>(std::declval<PM&>())))> == 0);
+static_assert(carrier_v<decltype(gx::sum(gx::max<0>(std::declval<PM&>())))> == 0);
+static_assert(gx::host::carries_row_maxima_v<gx::saved_expr_t<decltype(gx::sum(gx::max<1>(std::declval<PM&>())))>,
+                                                  first_kernel_t<decltype(gx::sum(gx::max<1>(std::declval<PM&>())))>>);
+static_assert(!gx::host::carries_row_maxima_v<gx::saved_expr_t<decltype(gx::sum(gx::exp(std::declval<PV&>())))>,
+                                                   first_kernel_t<decltype(gx::sum(gx::exp(std::declval<PV&>())))>>);
+
+// rows x cols of kind k: 0 random, 1 every element +0 or -0, 2 some NaNs, 3 -inf rows and
+// ties, 4 zeros whose signs the arg-max and the reduction see differently
+PM filled(gx::index_t rows, gx::index_t cols, int kind, std::uint64_t seed) {
+  auto X = gx::param(gx::uniform<float>(gx::dims(rows, cols), seed, -2.f, 2.f));
+  float* d = X.value().data();
+  std::uint64_t s = seed;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return unsigned(s >> 33);
+  };
+  for (gx::index_t k = 0; k < rows * cols; ++k) {
+    if (kind == 1) d[k] = (next() % 2) ? 0.f : -0.f;
+    if (kind == 2 && next() % 97 == 0) {  // NaNs of many payloads and both signs
+      std::uint32_t const bits = 0x7fc00000u | (next() & 0x803fffffu);
+      std::memcpy(d + k, &bits, sizeof bits);
+    }
+    if (kind == 3) d[k] = (k / cols) % 3 == 0 ? -std::numeric_limits<float>::infinity() : float(next() % 3);
+    // a row's first maximum +0 (element 1) and the reduction's -0 (element 32, in lane 0,
+    // which wins the lanes' ties); the sum is +0 either way (it starts at +0)
+    if (kind == 4) d[k] = k % cols == 1 ? 0.f : k % cols == 32 ? -0.f : -std::numeric_limits<float>::infinity();
+  }
+  return X;
+}
+}  // namespace
+
+TEST_CASE("loss value carried by the arg-max kernel of a row max: the bits of value(), the gradients of grad()") {
+  for (int threads : {1, 3}) {
+    thread_scope ts(threads);
+    for (auto [rows, cols] : {std::pair<gx::index_t, gx::index_t>{1, 1}, {3, 17}, {64, 9}, {4096, 33},
+                              {8193, 4}, {20000, 3}, {40, 2000}}) {
+      for (int kind = 0; kind < 5; ++kind) {
+        if (kind == 4 && cols < 33) continue;
+        CAPTURE(threads);
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(kind);
+        auto X = filled(rows, cols, kind, std::uint64_t(rows * 31 + cols + kind));
+        check_carried(gx::sum(gx::max<1>(X)), X);
+        check_carried(gx::mean(gx::max<1>(X)), X);
+        check_carried(gx::sum(gx::max<0>(X)), X);        // columns: strided searches
+        check_carried(gx::sum(gx::max<1>(X * 2.f)), X);  // an expression under the max
+      }
+    }
+  }
+}
+
+TEST_CASE("loss value carried by the arg-max kernel: the value costs no search of its own") {
+  thread_scope ts(1);
+  gx::index_t const rows = 300, cols = 77;
+  auto X = filled(rows, cols, 0, 5);
+  auto loss = gx::sum(gx::max<1>(gx::unary<counter_op>(X)));
+  counted = 0;
+  auto v = gx::value(loss);
+  CHECK(counted.load() == rows * cols);
+  counted = 0;
+  auto g = gx::grad(loss, X);  // the gradient alone (grad() never computes the value)
+  long const grad_only = counted.load();
+  counted = 0;
+  auto b = gx::backward(loss);
+  CHECK(counted.load() == grad_only);  // the value costs no pass of its own
+  CHECK(same_bits(v, b));
+  auto d = g.to_dense();
+  auto got = grad_of(X);
+  CHECK(std::memcmp(got.data(), d.data(), got.size() * sizeof(float)) == 0);
+}

@@ -81,13 +81,13 @@ constexpr void guard_targets(Guard& guard, Plan const& p) {
 }
 
 /// The serial pre-pass of a plan on the host (its targets taken by guard): reserves slots,
-/// marks touched slices and reserves the kernels' scratch; if that fails (out of memory), the
+/// marks touched slices and reserves the kernels' scratch (and `extra` bytes); if that fails (out of memory), the
 /// storages are restored and the error is a gradix::error naming `op`.
 template <class Guard, class Plan>
-void prepare_plan(Guard& guard, Plan const& p, char const* op) {
+void prepare_plan(Guard& guard, Plan const& p, char const* op, std::size_t extra = 0) {
   try {
     for_each_element(p, [](auto const& u) { host::prepare(u); });
-    std::size_t need = 0;
+    std::size_t need = extra;
     for_each_element(p, [&](auto const& u) { need = std::max(need, host::scratch_bytes(u)); });
     host::scratch().reserve(need);
   } catch (std::bad_alloc const&) {
@@ -149,7 +149,7 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   bool carried = false;
   storage_guard<plan_uses_v<Plan>> guard(op);
   guard_targets(guard, p);
-  prepare_plan(guard, p, op);
+  prepare_plan(guard, p, op, host::carry_scratch_bytes(get<std::size_t(C)>(p), e));
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ([&] {
        if constexpr (int(K) == C) {
@@ -167,6 +167,13 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
   T r = parts[0];
   for (index_t k = 1; k < nb; ++k) r = r + parts[k];
+  using CE = std::remove_cvref_t<decltype(get<std::size_t(C)>(p))>;
+  if constexpr (host::carries_row_maxima_v<Root, CE>) {
+    // the carried row maxima differ from the reduction's only in a zero's sign (which no
+    // sum shows: it starts at +0) and a NaN's payload: a NaN is computed by value(), for
+    // its bits
+    if (r != r) return host::value(e);
+  }
   if constexpr (std::is_same_v<typename host::detail::loss_root<Root>::op, op::mean_of>) r = r / T(n);
   return r;
 }

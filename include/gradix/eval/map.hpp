@@ -60,9 +60,11 @@ namespace detail {
 /// last reduced axis J; lane w of the packs tracks the first maximum (or first NaN) of the
 /// elements it sees, the run tails one more tracker, and the result is the smallest flat
 /// index among the trackers holding the overall maximum (a NaN if any): the first one, as
-/// in the scalar loop. False when the flat index does not fit the index lanes.
+/// in the scalar loop. False when the flat index does not fit the index lanes. With val,
+/// *val is the element there.
 template <class E, std::size_t RO>
-GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E::in_rank>& out) {
+GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E::in_rank>& out,
+                                       typename E::value_type* val) {
   using T = typename E::value_type;
   constexpr std::size_t RA = E::in_rank;
   constexpr std::size_t J = [] {
@@ -118,12 +120,17 @@ GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E:
     for (int w = 0; w < W; ++w) m = op::max_of::combine(m, T(best[w]));
     bool const nan = m != m;
     index_t first = -1;
+    T fv = m;
     auto take = [&](T v, index_t a) {
-      if (a >= 0 && (nan ? v != v : v == m) && (first < 0 || a < first)) first = a;
+      if (a >= 0 && (nan ? v != v : v == m) && (first < 0 || a < first)) {
+        first = a;
+        fv = v;
+      }
     };
     take(tbest, tat);
     for (int w = 0; w < W; ++w) take(T(best[w]), index_t(at[w]));
     if (first < 0) first = 0;  // every element is the lowest value: the first
+    if (val) *val = fv;
     out = ev.base(o);
     for (std::size_t j = RA; j-- > 0;) {
       if (!E::reduced(j)) continue;
@@ -137,13 +144,15 @@ GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E:
 #endif
 
 /// The operand coordinate of the first arg-max of a max reduction at its output coordinate
-/// o (row-major order over the reduced axes; a NaN wins).
+/// o (row-major order over the reduced axes; a NaN wins). With val, *val is the operand's
+/// element there (the maximum, up to the sign of a zero and a NaN's payload).
 template <class E, std::size_t RO>
-GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<RO> const& o) {
+GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<RO> const& o,
+                                                            typename E::value_type* val = nullptr) {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   if (!std::is_constant_evaluated()) {
     coord<E::in_rank> r{};
-    if (detail::argmax_packs(ev, o, r)) return r;
+    if (detail::argmax_packs(ev, o, r, val)) return r;
   }
 #endif
   auto c = ev.base(o);
@@ -165,6 +174,7 @@ GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<R
       c[j] = 0;
     }
   }
+  if (val) *val = best;
   return best_c;
 }
 /// Coordinate K of the first arg-max (recomputed: a max reduction that the call did not keep).

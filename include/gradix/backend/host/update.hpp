@@ -1177,6 +1177,37 @@ inline constexpr bool top_in_f_v = [] {
            ad::region_uniform<F, value_type_t<F>>::value;
   }
 }();
+
+/// A map component of a use that writes the first arg-max of the rank-1 max reduction F at
+/// each domain element d (the max's own coordinate d): 1 for d itself, 2 for a coordinate of
+/// the arg-max, 0 for anything else.
+template <class F, class C>
+struct argmax_comp : std::integral_constant<int, 0> {};
+template <class F>
+struct argmax_comp<F, ad::ax_dom<0>> : std::integral_constant<int, 1> {};
+template <class F, std::size_t K>
+struct argmax_comp<F, ad::ax_argmax<F, tuple<ad::ax_dom<0>>, K>> : std::integral_constant<int, 2> {
+  static constexpr std::size_t axis = K;
+};
+template <class F, class M>
+struct argmax_map : std::false_type {};
+template <class F, class... C>
+struct argmax_map<F, tuple<C...>>
+    : std::bool_constant<((argmax_comp<F, C>::value != 0) && ...) &&
+                         ((argmax_comp<F, C>::value == 2) || ...)> {};
+/// A plain use that scatters into F's operand at F's arg-maxes, one per element of F's
+/// domain (the backward of sum(max<...>(A)) or mean(...)): its arg-max search also finds
+/// F's value there, so the kernel carries the loss (run_carrying_argmax).
+template <class F, class U>
+inline constexpr bool argmax_carrier_v = [] {
+  if constexpr (ad::is_multi<U>::value || ad::is_fused<U>::value) {
+    return false;
+  } else {
+    return U::domain_type::rank == 1 && argmax_map<F, typename U::map_type>::value &&
+           !U::storage_type::sparse &&
+           std::is_same_v<typename U::storage_type::value_type, value_type_t<F>>;
+  }
+}();
 }  // namespace detail
 
 /// Whether plan element U can carry the value of Root (types only; run_carrying may still
@@ -1188,7 +1219,9 @@ inline constexpr bool carries_loss_v = [] {
   } else {
     using F = typename detail::loss_root<Root>::arg;
     using T = value_type_t<F>;
-    if constexpr (ad::is_multi<U>::value) {
+    if constexpr (detail::argmax_carrier_v<F, U>) {
+      return true;
+    } else if constexpr (ad::is_multi<U>::value) {
       return detail::multi_carries<F, U>::value;
     } else if constexpr (ad::is_fused<U>::value) {
       return false;
@@ -1202,6 +1235,96 @@ inline constexpr bool carries_loss_v = [] {
   }
 }();
 
+/// Whether U is an arg-max carrier of Root (detail::argmax_carrier_v): the value it leaves
+/// sums the operand's elements at the first arg-maxes, which equal the reduction's maxima up
+/// to the sign of a zero (that no sum shows: a sum starts at +0) and a NaN's payload (the
+/// caller computes value(root) instead when the carried value is a NaN).
+template <class Root, class U>
+inline constexpr bool carries_row_maxima_v = [] {
+  if constexpr (!detail::loss_root<Root>::value) return false;
+  else return detail::argmax_carrier_v<typename detail::loss_root<Root>::arg, U>;
+}();
+
+/// Scratch bytes run_carrying(u, root, parts) needs beyond scratch_bytes(u): an arg-max
+/// carrier keeps F's elements (its row maxima) to sum them in the reduction's order.
+template <class Root, class U>
+std::size_t carry_scratch_bytes([[maybe_unused]] U const& u, [[maybe_unused]] Root const& root) {
+  if constexpr (carries_row_maxima_v<Root, U>) {
+    return std::size_t(root.arg_.shape().extents()[0]) * sizeof(value_type_t<Root>);
+  } else {
+    return 0;
+  }
+}
+
+namespace detail {
+/// run_carrying for an arg-max carrier (argmax_carrier_v): per element j of F's domain,
+/// one arg-max search gives the target position and F's element j (kept in scratch); the
+/// rows split over the pool; then F's blocks are summed in the reduction's scheme.
+template <class Root, class Use>
+bool run_carrying_argmax(Use const& u, Root const& root, value_type_t<Root>* parts) {
+#if !defined(GRADIX_HAS_VECTOR_EXT)
+  return false;
+#else
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  using V = typename Use::value_expr;
+  using F = typename loss_root<Root>::arg;
+  using M = typename Use::map_type;
+  constexpr std::size_t NM = M::size;
+  index_t const n = u.dom_.extents()[0];
+  if (n != root.arg_.shape().extents()[0]) return false;
+  bool at_d = true;  // every arg-max component reads F's element d itself
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ([&] {
+       using C = std::remove_cvref_t<decltype(get<K>(u.map_))>;
+       if constexpr (argmax_comp<F, C>::value == 2) {
+         auto const& m0 = get<0>(get<K>(u.map_).map_);
+         at_d = at_d && m0.off_ == 0 && m0.scale_ == 1;
+       }
+     }(), ...);
+  }(std::make_index_sequence<NM>{});
+  if (!at_d) return false;
+  if (n == 0) return true;
+  T* const rows = scratch().try_get<T>(std::size_t(n));
+  if (!rows) return false;
+  ev::evaluator<F> const fev(root.arg_);
+  ev::evaluator<V> const vev(u.v_);
+  auto const map = u.map_;
+  target_addressing<G> const addr(*u.target_);
+  T* const data = u.target_->data();
+  index_t const len = fev.count();  // elements per arg-max search
+  auto range = [&](index_t a, index_t b) {
+    for (index_t j = a; j < b; ++j) {
+      coord<1> const d{j};
+      T m{};
+      auto const c = ev::argmax_coord(fev, d, &m);
+      coord<NM> t{};
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        ([&] {
+           auto const& a = get<K>(map);
+           using C = std::remove_cvref_t<decltype(a)>;
+           if constexpr (argmax_comp<F, C>::value == 2) t[K] = a.off_ + a.scale_ * c[argmax_comp<F, C>::axis];
+           else t[K] = ev::ax_value(a, d);
+         }(), ...);
+      }(std::make_index_sequence<NM>{});
+      data[addr.offset(t)] += T(vev(d));
+      rows[j] = m;
+    }
+  };
+  parallel_ranges(n, range, std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, len)));
+  index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
+  constexpr int W = simd::width<T>;
+  T const* const rv = rows;
+  for (index_t b = 0; b < nb; ++b) {
+    index_t const a = b * bsize, e = a + bsize < n ? a + bsize : n;
+    parts[b] = loss_block<T, true>(
+        a, e, [&](index_t j) { return simd::load<T, W>(rv + j); }, [&](index_t j) { return rv[j]; });
+  }
+  return true;
+#endif
+}
+}  // namespace detail
+
 /// Runs use u (a carrier of root: carries_loss_v) and leaves the block sums of the root's
 /// operand F in parts[0 .. nblocks) (eval/reduce.hpp's blocks for F's extent); returns
 /// false, having done nothing, when u cannot carry them at run time. u's domain is F's: its
@@ -1213,6 +1336,9 @@ bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& ro
   return false;
 #else
   if (!u.target_) return false;
+  if constexpr (carries_row_maxima_v<Root, Use>) {
+    return detail::run_carrying_argmax(u, root, parts);
+  } else {
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
   using T = typename G::value_type;
@@ -1294,6 +1420,7 @@ bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& ro
   };
   pool().run(nb, block, !(pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2));
   return true;
+  }
 #endif
 }
 template <class Root, int I, class Top, class TMap, class V0, class... U>
