@@ -40,6 +40,20 @@ constexpr auto r_softplus = gx::gradcheck([](auto const& a) {
                  gx::clamp(a, 0.8, 2.2) * a);  // x has no element at 0.8 or 2.2
 }, x);
 GRADIX_STATIC_GRADCHECK(r_softplus);
+// comparisons and where (x has no element at 1.0 or 1.5: the masks do not flip nearby)
+constexpr auto r_where = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::where(a > 1.5, gx::sin(a) * a, a * a * w) + a * (a < 1.0) * 3.0);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_where);
+// softmax family and cross-entropy (labels and class weights of static shape)
+constexpr gx::tensor<int, shape<4>> labels{2, 0, 5, 2};
+constexpr auto r_softmax = gx::gradcheck([](auto const& a) {
+  return gx::sum(gx::softmax<1>(a) * w + gx::log_softmax<0>(a * 0.5) * 0.25) +
+         gx::sum(gx::logsumexp<-1>(a * 2.0)) + gx::cross_entropy(a, labels) +
+         gx::cross_entropy(a * 1.5, labels, w + 1.5) +
+         gx::sum(gx::take_along<1>(a, gx::unsqueeze<1>(labels)) * 2.0);
+}, x);
+GRADIX_STATIC_GRADCHECK(r_softmax);
 constexpr auto r_kinks = gx::gradcheck([](auto const& a) {
   return gx::sum(gx::relu(a - 1.25) * a + gx::abs(a - 1.75) + gx::max(a, 2.25) * a +
                  gx::min(a * a, 1.5));

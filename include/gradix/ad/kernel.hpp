@@ -13,6 +13,7 @@
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <cstdint>
@@ -327,6 +328,12 @@ template <class Top, class P>
 struct eval_cost<path_deriv_node<Top, P>> : eval_cost<Top> {};  // one pass over Top (a bound)
 template <class Op, class A, std::uint64_t Mask, bool Keep>
 struct eval_cost<reduce_node<Op, A, Mask, Keep>>
+    : std::integral_constant<std::size_t, 1 + reduction_weight * eval_cost<A>::value> {};
+template <class A, class P, std::size_t Axis>
+struct eval_cost<take_along_node<A, P, Axis>>
+    : std::integral_constant<std::size_t, 1 + eval_cost<A>::value + eval_cost<P>::value> {};
+template <class A, std::size_t Axis>
+struct eval_cost<argmax_node<A, Axis>>
     : std::integral_constant<std::size_t, 1 + reduction_weight * eval_cost<A>::value> {};
 template <class A, std::size_t Axis, class Idx>
 struct eval_cost<index_node<A, Axis, Idx>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};

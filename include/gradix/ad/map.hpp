@@ -10,6 +10,8 @@
 ///                                                     unless Idx is unique_vec)
 ///     ax_reshape<M, K>   coordinate K of unravel(ravel(M(d)))   (a reshape)
 ///     ax_argmax<N, M, K> coordinate K of the first arg-max of the max-reduction N at M(d)
+///     ax_take<M, P>      P(M(d)): the integer operand P of a take_along at its output
+///                        coordinate M(d) (not injective)
 ///
 /// Composition is closed: pushing an adjoint through an index or view node substitutes the
 /// node's own coordinate map into these expressions (a shift of a constant is a constant,
@@ -72,6 +74,16 @@ struct ax_kept_argmax {
   Map map_;  // to the max node's output coordinates
 };
 
+/// The position a take_along node reads along its axis, at its output coordinate M(d): the
+/// value of its integer operand P (an expression node, evaluated where the map is).
+template <class Map, class Pos>
+struct ax_take {
+  index_t off_ = 0;
+  index_t scale_ = 1;
+  Pos pos_;
+  Map map_;  // to the take_along node's output coordinates
+};
+
 // ---------------------------------------------------------------------------------------
 // Dependence on domain axes (types only)
 
@@ -89,6 +101,8 @@ template <class N, class M, std::size_t K, std::size_t J>
 struct depends<ax_argmax<N, M, K>, J> : depends<M, J> {};
 template <class M, std::size_t K, std::size_t RO, std::size_t J>
 struct depends<ax_kept_argmax<M, K, RO>, J> : depends<M, J> {};
+template <class M, class P, std::size_t J>
+struct depends<ax_take<M, P>, J> : depends<M, J> {};
 template <class Ax, std::size_t J>
 inline constexpr bool depends_v = depends<Ax, J>::value;
 
@@ -200,6 +214,18 @@ constexpr auto compose_index(tuple<Ax...> const& m, Idx const& idx) {
     };
     return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
   }(std::make_index_sequence<RA>{});
+}
+
+/// Through take_along_node<_, Pos, Axis>: component Axis becomes the position read there.
+template <std::size_t Axis, class... Ax, class Pos>
+constexpr auto compose_take(tuple<Ax...> const& m, Pos const& pos) {
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      if constexpr (K == Axis) return ax_take<tuple<Ax...>, Pos>{0, 1, pos, m};
+      else return get<K>(m);
+    };
+    return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
+  }(std::index_sequence_for<Ax...>{});
 }
 
 /// Through permute_node<_, P...>: operand axis P_k gets component k.

@@ -28,6 +28,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <tuple>
@@ -315,6 +316,8 @@ template <class Op, class A, std::uint64_t Mask, bool Keep, class D, class V, cl
 constexpr auto push(reduce_node<Op, A, Mask, Keep> const& n, D const& dom, V const& v, M const& m);
 template <class A, std::size_t Axis, class Idx, class D, class V, class M>
 constexpr auto push(index_node<A, Axis, Idx> const& n, D const& dom, V const& v, M const& m);
+template <class A, class P, std::size_t Axis, class D, class V, class M>
+constexpr auto push(take_along_node<A, P, Axis> const& n, D const& dom, V const& v, M const& m);
 template <class A, std::size_t... P, class D, class V, class M>
 constexpr auto push(permute_node<A, P...> const& n, D const& dom, V const& v, M const& m);
 template <class A, std::size_t Axis, class D, class V, class M>
@@ -329,6 +332,10 @@ template <class N, class L, class D, class V, class M>
 constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
+template <class T, class P, class S, class D, class V, class M>
+constexpr tuple<> push(one_hot_node<T, P, S> const&, D const&, V const&, M const&) {
+  return {};  // its operand is an integer
+}
 template <class T, class S, class L, class Sp, class D, class V, class M>
 constexpr tuple<> push(tensor_view<T, S, L, Sp> const&, D const&, V const&, M const&) {
   return {};
@@ -380,7 +387,8 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
                                     auto const& mo) {
     using C = std::remove_cvref_t<decltype(child)>;
     using O = std::remove_cvref_t<decltype(other)>;
-    if constexpr (!detail::differentiable_v<C>) return tuple<>{};
+    if constexpr (!detail::differentiable_v<C> || partial_of_v<N, Side> == partial_kind::none)
+      return tuple<>{};
     else if constexpr (is_pending<V>::value)
       return push(child, dom, extend_path<Side>(v), mc);
     else if constexpr (partial_of_v<N, Side> == partial_kind::plus_one)
@@ -461,6 +469,11 @@ constexpr auto push(index_node<A, Axis, Idx> const& n, D const& dom, V const& v,
   if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
   else return push(n.arg_, dom, v, compose_index<Axis, Idx, shape_of_t<A>::rank>(m, n.idx_));
 }
+template <class A, class P, std::size_t Axis, class D, class V, class M>
+constexpr auto push(take_along_node<A, P, Axis> const& n, D const& dom, V const& v, M const& m) {
+  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
+  else return push(n.arg_, dom, v, compose_take<Axis>(m, n.pos_));
+}
 template <class A, std::size_t... P, class D, class V, class M>
 constexpr auto push(permute_node<A, P...> const& n, D const& dom, V const& v, M const& m) {
   if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
@@ -496,7 +509,7 @@ template <class N, class L, class D, class V, class M>
 constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m) {
   if constexpr (is_pending<V>::value) {
     return push(n, dom, settle(v, dom), m);
-  } else if constexpr (is_max_reduction<N>::value) {
+  } else if constexpr (needs_argmax<N>::value) {
     // a kept max: the reduced axes map to the arg-max read from its buffer (no rescan)
     using A = std::remove_cvref_t<decltype(n.node_.arg_)>;
     if constexpr (!detail::differentiable_v<A>) {

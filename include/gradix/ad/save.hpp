@@ -16,6 +16,7 @@
 /// them.
 
 #include "gradix/config.hpp"
+#include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 
@@ -33,6 +34,12 @@ template <class N>
 struct is_max_reduction : std::false_type {};
 template <class A, std::uint64_t Mask, bool Keep>
 struct is_max_reduction<reduce_node<op::max_of, A, Mask, Keep>> : std::true_type {};
+/// A kept max reduction whose backward reads its arg-max: one whose operand is not detached
+/// (`max<1>(detach(x), keep_dims)`, the shift of a stable logsumexp, gets no gradient).
+template <class N>
+struct needs_argmax : is_max_reduction<N> {};
+template <class A, std::uint64_t Mask, bool Keep>
+struct needs_argmax<reduce_node<op::max_of, detach_node<A>, Mask, Keep>> : std::false_type {};
 
 /// Is N's value kept, given whether its parent is a reduction or a save mark (Under; the
 /// root counts as under a reduction: it is the result)?
@@ -43,7 +50,8 @@ inline constexpr bool keeps_value_v =
 
 /// Do N's operands sit under a reduction or a save mark?
 template <class N>
-inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_save_node<N>::value;
+inline constexpr bool operands_under_v =
+    is_reduce_node<N>::value || is_argmax_node<N>::value || is_save_node<N>::value;
 
 template <class N, bool Under = true>
 struct buffer_count;

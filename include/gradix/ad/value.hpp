@@ -71,7 +71,8 @@ struct path_list {
 ///   plus_one / minus_one   a constant (+, -, negation, a cast): nothing to evaluate
 ///   sibling                reads only the other operand (the product, the left side of /)
 ///   general                reads the operand itself or the node's value (tanh, exp, max...)
-enum class partial_kind { plus_one, minus_one, sibling, general };
+/// none: no gradient flows into that operand (a comparison's operands, a selection's mask).
+enum class partial_kind { plus_one, minus_one, sibling, general, none };
 
 template <class Node, std::size_t Side>
 struct partial_of {
@@ -84,10 +85,17 @@ struct partial_of<unary_node<Op, A>, 0> {
       : requires { typename Op::result_type; }   ? partial_kind::plus_one  // a cast
                                                  : partial_kind::general;
 };
+template <class Op, std::size_t Side>
+inline constexpr bool no_partial_v = [] {
+  if constexpr (Side == 0 && requires { Op::no_partial_lhs; }) return bool(Op::no_partial_lhs);
+  else if constexpr (Side == 1 && requires { Op::no_partial_rhs; }) return bool(Op::no_partial_rhs);
+  else return false;
+}();
 template <class Op, class L, class R, std::size_t Side>
 struct partial_of<binary_node<Op, L, R>, Side> {
   static constexpr partial_kind value =
-      std::is_same_v<Op, op::add> || (std::is_same_v<Op, op::sub> && Side == 0)
+      no_partial_v<Op, Side> ? partial_kind::none
+      : std::is_same_v<Op, op::add> || (std::is_same_v<Op, op::sub> && Side == 0)
           ? partial_kind::plus_one
       : std::is_same_v<Op, op::sub> ? partial_kind::minus_one
       : std::is_same_v<Op, op::mul> || (std::is_same_v<Op, op::div> && Side == 0)
@@ -98,7 +106,8 @@ template <class Node, std::size_t Side>
 inline constexpr partial_kind partial_of_v = partial_of<Node, Side>::value;
 template <class Node, std::size_t Side>
 inline constexpr bool constant_partial_v = partial_of_v<Node, Side> == partial_kind::plus_one ||
-                                           partial_of_v<Node, Side> == partial_kind::minus_one;
+                                           partial_of_v<Node, Side> == partial_kind::minus_one ||
+                                           partial_of_v<Node, Side> == partial_kind::none;
 
 /// The operand of Node taken by step Side of a path.
 template <class Node, std::size_t Side>

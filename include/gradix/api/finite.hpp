@@ -142,6 +142,18 @@ template <class A, std::size_t Axis, class Idx>
 struct node_label_of<index_node<A, Axis, Idx>> {
   static constexpr char const* get() { return Idx::name; }
 };
+template <class A, class P, std::size_t Axis>
+struct node_label_of<take_along_node<A, P, Axis>> {
+  static constexpr char const* get() { return "take_along"; }
+};
+template <class T, class P, class S>
+struct node_label_of<one_hot_node<T, P, S>> {
+  static constexpr char const* get() { return "one_hot"; }
+};
+template <class A, std::size_t Axis>
+struct node_label_of<argmax_node<A, Axis>> {
+  static constexpr char const* get() { return "argmax"; }
+};
 template <class A, std::size_t... P>
 struct node_label_of<permute_node<A, P...>> {
   static constexpr char const* get() { return "permute"; }
@@ -176,6 +188,10 @@ template <class A, class S>
 struct rearranges<broadcast_node<A, S>> : std::true_type {};
 template <class A>
 struct rearranges<detach_node<A>> : std::true_type {};
+template <class A, class P, std::size_t Axis>
+struct rearranges<take_along_node<A, P, Axis>> : std::true_type {};
+template <class T, class P, class S>
+struct rearranges<one_hot_node<T, P, S>> : std::true_type {};  // 0 and 1 only
 
 /// The value of node n at coordinate c, as its evaluator computes it. Elementwise nodes get
 /// one function per node type that calls their operands' (never inlined), so naming the node

@@ -25,6 +25,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <algorithm>
@@ -179,7 +180,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     // the node kept: N, or the operand of a save mark (a gx::saved(max<...>(x)) keeps the
     // max, and its arg-max too, as keep_value does)
     using K = typename kept_node<N>::type;
-    if constexpr (ad::is_max_reduction<K>::value)
+    if constexpr (ad::needs_argmax<K>::value)
       if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(K::mask)));
   }
   constexpr bool U = ad::operands_under_v<N>;
@@ -204,7 +205,7 @@ constexpr auto keep_value(N const& n, saved_space& s) {
   host::assign(buf, n);
   using R = saved_node<N, L>;
   R r{n, typename R::buffer_type(buf)};
-  if constexpr (ad::is_max_reduction<N>::value) {
+  if constexpr (ad::needs_argmax<N>::value) {
     if (!s.argmax()) return r;
     // the arg-max of each output element, for the backward (one scan per element, in
     // parallel over the elements when there is enough work)
@@ -260,6 +261,16 @@ template <bool U, class Op, class A, axis_mask M, bool K>
 constexpr auto rebuild(reduce_node<Op, A, M, K> const& n, saved_space& s) {
   auto a = with_saved<U>(n.arg_, s);
   return reduce_node<Op, decltype(a), M, K>{a, n.shape_};
+}
+template <bool U, class A, class P, std::size_t Axis>
+constexpr auto rebuild(take_along_node<A, P, Axis> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return take_along_node<decltype(a), P, Axis>{a, n.pos_, n.shape_};
+}
+template <bool U, class A, std::size_t Axis>
+constexpr auto rebuild(argmax_node<A, Axis> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return argmax_node<decltype(a), Axis>{a, n.shape_};
 }
 template <bool U, class A, std::size_t Axis, class Idx>
 constexpr auto rebuild(index_node<A, Axis, Idx> const& n, saved_space& s) {

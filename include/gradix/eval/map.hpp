@@ -32,6 +32,8 @@ GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_argmax<Node, M, K> const& a
 template <class M, std::size_t K, std::size_t RO, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_kept_argmax<M, K, RO> const& a,
                                               coord<RD> const& d);
+template <class M, class P, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_take<M, P> const& a, coord<RD> const& d);
 
 template <class In, class Idx, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_lookup<In, Idx> const& a, coord<RD> const& d) {
@@ -201,5 +203,30 @@ GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& 
   }(std::index_sequence_for<Ax...>{});
   return t;
 }
+
+/// The position a take_along reads: its integer operand at the node's output coordinate.
+template <class M, class P, std::size_t RD>
+GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_take<M, P> const& a, coord<RD> const& d) {
+  evaluator<P> const pe(a.pos_);
+  return a.off_ + a.scale_ * index_t(pe(map_value(a.map_, d)));
+}
+
+/// argmax<Axis>(x): the max reduction's first arg-max (argmax_coord), its coordinate Axis.
+template <class Arg, std::size_t Axis>
+struct evaluator<argmax_node<Arg, Axis>> {
+  using node_type = argmax_node<Arg, Axis>;
+  using value_type = index_t;
+  static constexpr std::size_t rank = node_type::shape_type::rank;
+  evaluator<typename node_type::max_type> max_;
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : max_(n.max_node()) {}
+  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+    return argmax_coord(max_, c)[Axis];
+  }
+  template <int A>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    if constexpr (A == invariant_axis) return const_inner<value_type>{(*this)(c)};
+    else return generic_inner<evaluator, rank, A>{this, c};
+  }
+};
 
 }  // namespace gradix::ev

@@ -10,6 +10,7 @@
 #include "gradix/core/shape.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/op/arith.hpp"
+#include "gradix/op/compare.hpp"
 #include "gradix/op/math.hpp"
 
 #include <type_traits>
@@ -366,6 +367,45 @@ constexpr auto clamp(X&& x, Lo&& lo, Hi&& hi) {
     return min(max(static_cast<X&&>(x), static_cast<Lo&&>(lo)), static_cast<Hi&&>(hi));
   else return scalar_node<float>{};
 }
+#define GRADIX_COMPARISON_OPERATOR(SYM, Op)                                                     \
+  template <class L, class R>                                                                   \
+    requires detail::gradix_pair<L, R>                                                          \
+  constexpr auto operator SYM(L&& l, R&& r) {                                                   \
+    constexpr bool ok = detail::binary_operands<L, R>;                                          \
+    static_assert(ok, "gradix::operator" #SYM ": an operand is not a gradix expression, "      \
+                      "tensor, parameter or arithmetic scalar");                                \
+    if constexpr (ok) return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r)); \
+    else return scalar_node<float>{};                                                           \
+  }
+/// Comparisons: a 0/1 mask in the operands' promoted element type (op/compare.hpp), with
+/// broadcasting and scalars on either side; no gradient flows through them.
+GRADIX_COMPARISON_OPERATOR(<, op::less)
+GRADIX_COMPARISON_OPERATOR(<=, op::less_equal)
+GRADIX_COMPARISON_OPERATOR(>, op::greater)
+GRADIX_COMPARISON_OPERATOR(>=, op::greater_equal)
+GRADIX_COMPARISON_OPERATOR(==, op::equal)
+GRADIX_COMPARISON_OPERATOR(!=, op::not_equal)
+#undef GRADIX_COMPARISON_OPERATOR
+
+/// where(m, a, b): a where the mask m is nonzero (a NaN is nonzero), b elsewhere, with
+/// broadcasting over all three; a and b may be C++ scalars. The result has the bits of the
+/// side taken: a NaN or infinity on the other side never leaks (it is keep_if(m, a) +
+/// keep_unless(m, b), op/compare.hpp). Gradients: to a where m selects, to b elsewhere; the
+/// mask gets none. The element type promotes as arithmetic does (mask included).
+template <detail::non_scalar M, class A, class B>
+constexpr auto where(M&& m, A&& a, B&& b) {
+  constexpr bool ok = operand<M> && detail::binary_operands<M, A> && detail::binary_operands<M, B>;
+  static_assert(ok, "gradix::where: the mask must be a gradix expression, tensor or parameter, "
+                    "and a and b gradix expressions or arithmetic scalars");
+  if constexpr (ok) {
+    auto mn = detail::as_node(static_cast<M&&>(m));
+    return detail::make_binary<op::add>(detail::make_binary<op::keep_if>(mn, static_cast<A&&>(a)),
+                                        detail::make_binary<op::keep_unless>(mn, static_cast<B&&>(b)));
+  } else {
+    return scalar_node<float>{};
+  }
+}
+
 /// Element type conversion: `cast<float>(int_index_tensor)`.
 template <element U, operand X>
 constexpr auto cast(X&& x) {

@@ -201,4 +201,57 @@ GRADIX_REDUCTION(mean, op::mean_of)
 GRADIX_REDUCTION(max, op::max_of)
 #undef GRADIX_REDUCTION
 
+/// out[c] = the position along Axis of the first maximum of arg over that axis (a NaN wins:
+///          the first NaN), as an index_t
+/// shape:    shape of arg without Axis
+/// backward: none (an integer); it is the arg-max that max<Axis>(arg)'s backward uses
+template <class Arg, std::size_t Axis>
+struct argmax_node {
+  using is_gradix_expression = void;
+  using value_type = index_t;
+  using max_type = reduce_node<op::max_of, Arg, axis_mask(1) << Axis, false>;
+  using shape_type = shape_of_t<max_type>;
+  using layout_type = layout_of_t<Arg>;
+  using space_type = space_of_t<Arg>;
+  static constexpr std::size_t axis = Axis;
+  Arg arg_;
+  shape_type shape_;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
+  /// The max reduction whose first arg-max this is.
+  GRADIX_HOST_DEVICE constexpr max_type max_node() const { return max_type{arg_, shape_}; }
+};
+
+template <class E>
+struct is_argmax_node : std::false_type {};
+template <class A, std::size_t Axis>
+struct is_argmax_node<argmax_node<A, Axis>> : std::true_type {};
+
+/// argmax<Axis>(x): the index of the first maximum along one axis (negative counts from the
+/// end), an index_t expression of x's shape without that axis; gradix::error for an axis of
+/// extent 0. Compare it with labels for an accuracy: `mean(cast<float>(argmax<1>(logits) ==
+/// labels))`.
+template <int Axis, class X>
+  requires(!scalar<X>)
+constexpr auto argmax(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::argmax: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (!ok) {
+    return scalar_node<index_t>{};
+  } else {
+    auto a = detail::as_node(static_cast<X&&>(x));
+    using A = decltype(a);
+    constexpr std::size_t R = shape_of_t<A>::rank;
+    if constexpr (!detail::reduction_axis_out_of_range<Axis, R>::value) {
+      return scalar_node<index_t>{};  // the static_assert has fired: stop here
+    } else {
+      constexpr std::size_t Ax = normalize_axis_v<Axis, R>;
+      if (a.shape().extent(Ax) == 0)
+        detail::fail("gradix::argmax: axis ", Ax, " has extent 0 (operand shape ",
+                     to_string(a.shape()), "): no maximum to point at");
+      auto const m = detail::make_reduce<op::max_of, false, int(Ax)>(a);
+      return argmax_node<A, Ax>{a, m.shape_};
+    }
+  }
+}
+
 }  // namespace gradix

@@ -11,6 +11,7 @@
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <type_traits>
@@ -48,6 +49,11 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
     using RS = shape_of_t<D>;
     for_each_leaf(n.lhs_, f, in_place && reads_in_place_v<shape_of_t<decltype(n.lhs_)>, RS>);
     for_each_leaf(n.rhs_, f, in_place && reads_in_place_v<shape_of_t<decltype(n.rhs_)>, RS>);
+  } else if constexpr (requires { n.arg_; n.pos_; }) {  // take_along: the positions too
+    for_each_leaf(n.pos_, f, false);
+    for_each_leaf(n.arg_, f, false);
+  } else if constexpr (requires { n.pos_; }) {  // one_hot
+    for_each_leaf(n.pos_, f, false);
   } else if constexpr (requires { n.arg_; n.idx_; }) {  // index_node: the index data too
     if constexpr (is_index_vec<std::remove_cvref_t<decltype(n.idx_)>>::value) f(n.idx_, false);
     for_each_leaf(n.arg_, f, false);

@@ -1,0 +1,161 @@
+#pragma once
+/// \file
+/// Index operations whose positions are tensors of the operand's rank: take_along (one
+/// position per output element along one axis, as torch.gather or numpy's take_along_axis)
+/// and one_hot (a 0/1 row per index).
+///
+/// The positions are an integer operand: a tensor, a view, or an expression of them
+/// (`unsqueeze<1>(labels)`). take_along checks every position when the expression is built
+/// (gradix::error naming the operation, the position's coordinate, its value and the extent)
+/// and, like gather, reads the index data in place: changing it afterwards is undefined.
+
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/expr/reduce.hpp"
+
+#include <string>
+#include <type_traits>
+
+namespace gradix {
+
+/// out[c] = arg[c with coordinate Axis replaced by pos[c]]
+/// shape:    shape of pos (arg's rank; every axis but Axis of arg's extent)
+/// backward: d_arg[c with pos[c] on Axis] += d_out[c] (a scatter-add: repeated positions add)
+template <class Arg, class Pos, std::size_t Axis>
+struct take_along_node {
+  using is_gradix_expression = void;
+  using value_type = value_type_t<Arg>;
+  using shape_type = shape_of_t<Pos>;
+  using layout_type = layout_of_t<Arg>;
+  using space_type = detail::common_space_t<space_of_t<Arg>, space_of_t<Pos>>;
+  static constexpr std::size_t axis = Axis;
+  Arg arg_;
+  Pos pos_;
+  shape_type shape_;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
+};
+
+/// out[c, k] = pos[c] == k ? 1 : 0   (a position outside [0, n) gives a row of zeros)
+/// shape:    shape of pos, then n
+/// backward: none (pos is an integer)
+template <class T, class Pos, class Shape>
+struct one_hot_node {
+  using is_gradix_expression = void;
+  using value_type = T;
+  using shape_type = Shape;
+  using layout_type = row_major;
+  using space_type = space_of_t<Pos>;
+  Pos pos_;
+  shape_type shape_;
+  GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
+};
+
+namespace detail {
+/// S with one more axis of static extent E (dyn: dynamic).
+template <class S, index_t E>
+struct appended_shape {
+  struct holder {
+    static constexpr array<index_t, S::rank + 1> value = [] {
+      array<index_t, S::rank + 1> r{};
+      for (std::size_t j = 0; j < S::rank; ++j) r[j] = S::static_extents[j];
+      r[S::rank] = E;
+      return r;
+    }();
+  };
+  using type = shape_from_array_t<holder>;
+};
+template <class C>
+std::string coord_string(C const& c, std::size_t r) {
+  std::string s = "[";
+  for (std::size_t k = 0; k < r; ++k) {
+    if (k) s += ", ";
+    s += std::to_string(c[k]);
+  }
+  return s + "]";
+}
+}  // namespace detail
+
+/// take_along<Axis>(x, pos): out[c] = x[c with pos[c] on axis Axis] (negative Axis counts
+/// from the end). pos is an integer operand of x's rank whose extents equal x's on every
+/// other axis; the result has pos's shape. Gradient: a scatter-add into x at the positions
+/// read (repeated positions add), touching nothing else. For class labels y of a batch,
+/// `take_along<1>(logits, unsqueeze<1>(y))` is the (B, 1) column of the labels' logits.
+template <int Axis, operand X, operand P>
+constexpr auto take_along(X&& x, P&& pos) {
+  auto a = detail::as_node(static_cast<X&&>(x));
+  auto p = detail::as_node(static_cast<P&&>(pos));
+  using A = decltype(a);
+  using Pn = decltype(p);
+  constexpr std::size_t R = shape_of_t<A>::rank;
+  using I = value_type_t<Pn>;
+  static_assert(std::is_integral_v<I>, "gradix::take_along: the positions must be integers");
+  static_assert(shape_of_t<Pn>::rank == R,
+                "gradix::take_along: the positions must have the operand's rank (unsqueeze a "
+                "vector of labels: take_along<1>(x, unsqueeze<1>(labels)))");
+  if constexpr (!detail::reduction_axis_out_of_range<Axis, R>::value || !std::is_integral_v<I> ||
+                shape_of_t<Pn>::rank != R) {
+    return a;  // a static_assert has fired: stop here
+  } else {
+    constexpr std::size_t Ax = normalize_axis_v<Axis, R>;
+    auto const sa = a.shape();
+    auto const sp = p.shape();
+    for (std::size_t j = 0; j < R; ++j)
+      if (j != Ax && sa.extent(j) != sp.extent(j))
+        detail::fail("gradix::take_along: the positions' extent ", sp.extent(j), " differs from the operand's ",
+                     sa.extent(j), " at axis ", j, " (operand shape ", to_string(sa), ", positions shape ",
+                     to_string(sp), "; only axis ", Ax, " may differ)");
+    // every position, checked now
+    index_t const n = sa.extent(Ax);
+    if (sp.size() > 0) {
+      ev::evaluator<Pn> const pe(p);
+      auto const ext = sp.extents();
+      coord<R> c{};
+      for (;;) {
+        auto const v = pe(c);
+        bool bad;
+        if constexpr (std::is_signed_v<I>) bad = v < 0 || index_t(v) >= n;
+        else bad = v >= std::make_unsigned_t<index_t>(n);
+        if (bad)
+          detail::fail("gradix::take_along: position ", v, " at ", detail::coord_string(c, R),
+                       " is out of range for axis ", Ax, " of extent ", n);
+        std::size_t j = R;
+        while (j-- > 0) {
+          if (++c[j] < ext[j]) break;
+          c[j] = 0;
+        }
+        if (j == std::size_t(-1)) break;
+      }
+    }
+    return take_along_node<A, Pn, Ax>{a, p, sp};
+  }
+}
+
+/// one_hot<T>(pos, n): a T expression of pos's shape with one more axis of extent n (an
+/// integer, or fix<N> for a static extent): 1 where the last coordinate is pos's value, 0
+/// elsewhere. A position outside [0, n) gives a row of zeros. No gradient.
+template <element T = float, operand P, class N>
+constexpr auto one_hot(P&& pos, N n) {
+  static_assert(std::is_integral_v<N> || detail::dim_static<N>::value != dyn,
+                "gradix::one_hot: the class count must be an integer or gradix::fix<N>");
+  auto p = detail::as_node(static_cast<P&&>(pos));
+  using Pn = decltype(p);
+  static_assert(std::is_integral_v<value_type_t<Pn>>, "gradix::one_hot: the positions must be integers");
+  using SP = shape_of_t<Pn>;
+  constexpr std::size_t R = SP::rank;
+  using S = typename detail::appended_shape<SP, detail::dim_static<N>::value>::type;
+  index_t const classes = [&] {
+    if constexpr (std::is_integral_v<N>) return index_t(n);
+    else return detail::dim_static<N>::value;
+  }();
+  if (classes < 0) detail::fail("gradix::one_hot: the class count ", classes, " is negative");
+  S s{};
+  for (std::size_t j = 0; j < R; ++j) s.set_extent(j, p.shape().extent(j));
+  s.set_extent(R, classes);
+  detail::checked_size(s, "gradix::one_hot");
+  return one_hot_node<T, Pn, S>{p, s};
+}
+
+}  // namespace gradix
