@@ -20,6 +20,7 @@
 // malloc, aligned operator new, ...). Frees are counted too; no case frees anything inside
 // its window (no temporary is allocated and released).
 #include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
 
 #include <atomic>
 #include <cerrno>
@@ -403,6 +404,51 @@ void run_saved(char const* label, int threads, gx::index_t m, gx::index_t n) {
               gx::workspace_bytes(lse()) <= gx::workspace_capacity());
 }
 
+/// Optimizers (gradix/optim.hpp): their state is allocated when they are made; a step and a
+/// zero_grad allocate nothing (dense and sparse gradients; lazy Adam's per-slice steps).
+/// The cross-entropy backward that produced the gradient is warm too.
+void run_optim(int threads) {
+  std::printf("-- optimizers: %d thread(s)\n", threads);
+  gx::set_num_threads(threads);
+  auto W = gx::param(gx::uniform<float>(gx::dims(300, 10), 11, -1.0f, 1.0f));
+  auto E = gx::param(gx::uniform<float>(gx::dims(1000, 10), 12, -1.0f, 1.0f), gx::sparse_grad<0>);
+  gx::tensor<std::int64_t, shape<dyn>> y(gx::dims(300));
+  std::vector<std::int64_t> rows(300);
+  for (gx::index_t i = 0; i < 300; ++i) {
+    y(i) = i % 10;
+    rows[std::size_t(i)] = (i * 37) % 1000;
+  }
+  auto loss = [&] { return gx::cross_entropy(W + gx::gather<0>(E, rows), y); };
+  gx::optim::sgd sgd({.lr = 0.1, .momentum = 0.9}, W, E);
+  gx::optim::adagrad ada({}, W, E);
+  gx::optim::adam adam({}, W, E);
+  gx::optim::lazy_adam lazy({}, W, E);
+  new_epoch();
+  float v = 0;
+  auto round = [&] {
+    v = gx::backward(loss());
+    sgd.step();
+    ada.step();
+    adam.step();
+    lazy.step();
+    sgd.zero_grad();
+  };
+  round();  // cold: the workspaces and slots grow
+  auto k = window([&] { v = gx::backward(loss()); });
+  escape(&v);
+  expect("warm cross_entropy backward: none", k, 0);
+  k = window([&] { sgd.step(); });
+  expect("sgd (momentum) step: none", k, 0);
+  k = window([&] { ada.step(); });
+  expect("adagrad step: none", k, 0);
+  k = window([&] { adam.step(); });
+  expect("adam step: none", k, 0);
+  k = window([&] { lazy.step(); });
+  expect("lazy_adam step: none", k, 0);
+  k = window([&] { sgd.zero_grad(); });
+  expect("zero_grad: none", k, 0);
+}
+
 void positive_control() {
   std::printf("-- positive control: the interposition sees allocations\n");
   auto k = window([] {
@@ -516,6 +562,8 @@ int main() {
   run_static<256, 512>("parallel, large static shape", 4);
   run_saved("serial", 1, 37, 53);
   run_saved("parallel", 4, 1031, 1021);
+  run_optim(1);
+  run_optim(4);
 
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;

@@ -1,0 +1,546 @@
+#pragma once
+/// \file
+/// Optimizers (gx::optim) and the gradient accessors they are built on.
+///
+/// A parameter's gradient is stored in *slices* along its storage axis (grad/storage.hpp):
+/// dense storage tracks which slices backward touched, sparse storage keeps only those.
+/// `for_each_grad_slice(p, f)` and `update_touched(p, f)` walk the slices that may hold a
+/// nonzero gradient, for both kinds alike and in any layout, so an update written by hand
+/// needs no pointer arithmetic into `value().data()`.
+///
+/// The optimizers keep their state (momentum, moments, accumulators) in tensors of each
+/// parameter's shape and layout, allocated when the optimizer is made: a step allocates
+/// nothing. `step()` reads the gradients and updates the values; `zero_grad()` clears what
+/// backward wrote (only the touched slices). Which elements a step visits:
+///
+/// - `sgd` (momentum, Nesterov, weight decay), `adagrad`: the touched slices when nothing
+///   changes elsewhere (no momentum and no weight decay for sgd, no weight decay for adagrad);
+///   otherwise every element of a parameter with dense storage, and still only the touched
+///   slices of a sparse one (its untouched slices keep their state as it was: lazy).
+/// - `adam` (`adamw` with decoupled weight decay): every element, every step, as the dense
+///   algorithm defines it: an untouched element's moments decay and its value still moves.
+///   With a sparse gradient this reads the whole table; use `lazy_adam` for embeddings.
+/// - `lazy_adam`: only the touched slices. A slice touched at step t after its previous
+///   touch at step s first catches up the moment decay of the skipped steps (m *= b1^(t-s-1),
+///   v *= b2^(t-s-1): the moments dense Adam would hold), then takes the Adam update with
+///   the global step's bias correction. Unlike `adam`, the value of an untouched slice does
+///   not move (dense Adam would keep moving it with its decaying momentum).
+///
+/// Steps must not run while a backward call is writing the same parameters.
+
+#include "gradix/api/param.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/math.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/api/fill.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace gradix {
+
+namespace detail {
+template <class P>
+using param_storage_t = std::remove_cvref_t<decltype(std::declval<P&>().grad())>;
+
+/// Number of slices of p (the extent of its storage axis; 1 for rank 0).
+template <class P>
+index_t slice_count(P const& p) {
+  using G = param_storage_t<P>;
+  if constexpr (G::rank == 0) return 1;
+  else return p.value().shape().extent(G::axis);
+}
+
+/// Calls f(off, g) for every element of slice id of p: off is the element's offset in p's
+/// value (and in any tensor of p's shape and layout), g a pointer to its gradient, or nullptr
+/// when the slice holds none (a sparse slice not stored).
+template <class P, class F>
+void slice_elements(P& p, index_t id, F&& f) {
+  using G = param_storage_t<P>;
+  using L = typename P::layout_type;
+  constexpr std::size_t R = G::rank;
+  auto& g = p.grad();
+  using T = typename G::value_type;
+  if constexpr (R == 0) {
+    f(index_t(0), static_cast<T const*>(g.data()));
+  } else {
+    constexpr std::size_t A = G::axis;
+    auto const ext = p.value().shape().extents();
+    auto const vst = contiguous_strides<L>(ext);
+    auto const gst = g.strides();
+    index_t const slot = g.slot(id);
+    T const* const gbase = slot >= 0 ? g.data() + slot * gst[A] : nullptr;
+    index_t const vbase = id * vst[A];
+    index_t n = 1;
+    for (std::size_t k = 0; k < R; ++k)
+      if (k != A) n *= ext[k];
+    if (n == 0) return;
+    // one contiguous run in both the value and the gradient (row-major with axis 0,
+    // column-major with the last axis, rank 1): a flat loop
+    bool flat = true;
+    {
+      index_t want_v = 1, want_g = 1;
+      auto check = [&](std::size_t k) {
+        if (k == A || ext[k] == 1) return;
+        flat = flat && vst[k] == want_v && gst[k] == want_g;
+        want_v *= ext[k];
+        want_g *= ext[k];
+      };
+      if constexpr (std::is_same_v<L, col_major>) {
+        for (std::size_t k = 0; k < R; ++k) check(k);
+      } else {
+        for (std::size_t k = R; k-- > 0;) check(k);
+      }
+    }
+    if (flat) {
+      for (index_t e = 0; e < n; ++e) f(vbase + e, gbase ? gbase + e : nullptr);
+      return;
+    }
+    coord<R> c{};
+    for (index_t e = 0; e < n; ++e) {
+      index_t vo = vbase, go = 0;
+      for (std::size_t k = 0; k < R; ++k)
+        if (k != A) {
+          vo += c[k] * vst[k];
+          go += c[k] * gst[k];
+        }
+      f(vo, gbase ? gbase + go : nullptr);
+      for (std::size_t k = R; k-- > 0;) {
+        if (k == A) continue;
+        if (++c[k] < ext[k]) break;
+        c[k] = 0;
+      }
+    }
+  }
+}
+}  // namespace detail
+
+/// Calls f(id) for every slice of p's gradient that may hold a nonzero value: the slices
+/// backward touched (dense storage: every slice once all are touched; sparse: the stored
+/// ones), in the order they were first written.
+template <class P, class F>
+  requires requires(P& p) { p.grad(); p.value(); }
+void for_each_grad_slice(P& p, F&& f) {
+  auto& g = p.grad();
+  using G = detail::param_storage_t<P>;
+  if constexpr (G::sparse) {
+    for (index_t k = 0; k < g.size(); ++k) f(g.id(k));
+  } else {
+    if (g.all_touched()) {
+      index_t const n = detail::slice_count(p);
+      for (index_t id = 0; id < n; ++id) f(id);
+    } else {
+      for (index_t id : g.touched()) f(id);
+    }
+  }
+}
+
+/// Calls f(value, grad) for every element of the slices for_each_grad_slice visits: value a
+/// reference to the parameter's element, grad its gradient. `update_touched(p, [&](float& w,
+/// float g) { w -= lr * g; })` is plain SGD, for dense and sparse gradients alike.
+template <class P, class F>
+  requires requires(P& p) { p.grad(); p.value(); }
+void update_touched(P& p, F&& f) {
+  auto* v = p.value().data();
+  for_each_grad_slice(p, [&](index_t id) {
+    detail::slice_elements(p, id, [&](index_t off, auto const* g) { f(v[off], *g); });
+  });
+}
+
+namespace optim {
+
+namespace detail {
+template <class P>
+using value_tensor_t = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
+
+/// The slices a step visits: the touched ones, or every slice of a dense storage when
+/// `all_dense` (the update changes untouched elements too).
+template <class P, class F>
+void visit(P& p, bool all_dense, F&& f) {
+  using G = gradix::detail::param_storage_t<P>;
+  if (all_dense && !G::sparse) {
+    index_t const n = gradix::detail::slice_count(p);
+    for (index_t id = 0; id < n; ++id) gradix::detail::slice_elements(p, id, f);
+  } else {
+    for_each_grad_slice(p, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
+  }
+}
+template <class Tuple, class F>
+void each(Tuple& t, F&& f) {
+  std::apply([&](auto&... x) { (f(x), ...); }, t);
+}
+/// An option's value for a message: shortest %g form ("0.9", "1", "-1e-08").
+inline std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+inline void check_lr(char const* op, double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    gradix::detail::fail(op, ": the learning rate ", num(lr), " must be finite and >= 0");
+}
+inline void check_beta(char const* op, char const* name, double b) {
+  if (!(b >= 0 && b < 1)) gradix::detail::fail(op, ": ", name, " = ", num(b), " must be in [0, 1)");
+}
+}  // namespace detail
+
+struct sgd_options {
+  double lr = 1e-2;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+};
+
+/// SGD as PyTorch defines it: g += weight_decay * w; with momentum, b = momentum * b +
+/// (1 - dampening) * g (b = g on a slice's first step), then g = b, or g + momentum * b with
+/// Nesterov; w -= lr * g.
+template <class... P>
+class sgd {
+ public:
+  explicit sgd(sgd_options o, P&... p) : o_(o), p_(&p...), buf_(make_buf(p)...), first_(make_first(p)...) {
+    detail::check_lr("gradix::optim::sgd", o.lr);
+    if (o.momentum < 0) gradix::detail::fail("gradix::optim::sgd: momentum ", detail::num(o.momentum), " is negative");
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+      gradix::detail::fail("gradix::optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0");
+  }
+  sgd_options& options() { return o_; }
+  void step() {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
+  void zero_grad() {
+    detail::each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ private:
+  template <class Q>
+  detail::value_tensor_t<Q> make_buf(Q& q) {
+    using S = typename Q::shape_type;
+    return detail::value_tensor_t<Q>(o_.momentum != 0 ? q.value().shape() : S{});
+  }
+  template <class Q>
+  std::vector<unsigned char> make_first(Q& q) {
+    return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
+  }
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& buf, std::vector<unsigned char>& first) {
+    using T = typename Q::value_type;
+    T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
+    T* const w = p.value().data();
+    T* const b = buf.data();
+    bool const all = o_.momentum != 0 || o_.weight_decay != 0;
+    auto slice = [&](index_t id) {
+      bool const fresh = mu != 0 && first[std::size_t(id)];
+      if (mu != 0) first[std::size_t(id)] = 0;
+      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
+        T g = gp ? *gp : T(0);
+        if (wd != 0) g += wd * w[off];
+        if (mu != 0) {
+          b[off] = fresh ? g : T(mu * b[off] + damp * g);
+          g = o_.nesterov ? T(g + mu * b[off]) : b[off];
+        }
+        w[off] -= lr * g;
+      });
+    };
+    using G = gradix::detail::param_storage_t<Q>;
+    if (all && !G::sparse) {
+      index_t const n = gradix::detail::slice_count(p);
+      for (index_t id = 0; id < n; ++id) slice(id);
+    } else {
+      for_each_grad_slice(p, slice);
+    }
+  }
+  sgd_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<detail::value_tensor_t<P>...> buf_;
+  std::tuple<decltype(sizeof(P), std::vector<unsigned char>{})...> first_;
+};
+template <class... P>
+sgd(sgd_options, P&...) -> sgd<P...>;
+
+struct adagrad_options {
+  double lr = 1e-2;
+  double eps = 1e-10;
+  double weight_decay = 0;
+  double initial_accumulator = 0;
+};
+
+/// Adagrad: g += weight_decay * w; s += g^2; w -= lr * g / (sqrt(s) + eps).
+template <class... P>
+class adagrad {
+ public:
+  explicit adagrad(adagrad_options o, P&... p) : o_(o), p_(&p...), sum_(make_sum(p)...) {
+    detail::check_lr("gradix::optim::adagrad", o.lr);
+    if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::adagrad: eps ", detail::num(o.eps), " must be > 0");
+  }
+  adagrad_options& options() { return o_; }
+  void step() {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(sum_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
+  void zero_grad() {
+    detail::each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ private:
+  template <class Q>
+  detail::value_tensor_t<Q> make_sum(Q& q) {
+    detail::value_tensor_t<Q> s(q.value().shape());
+    if (o_.initial_accumulator != 0)
+      for (index_t k = 0; k < s.size(); ++k) s.data()[k] = typename Q::value_type(o_.initial_accumulator);
+    return s;
+  }
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& sum) {
+    using T = typename Q::value_type;
+    T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
+    T* const w = p.value().data();
+    T* const s = sum.data();
+    detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
+      T g = gp ? *gp : T(0);
+      if (wd != 0) g += wd * w[off];
+      s[off] += g * g;
+      w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
+    });
+  }
+  adagrad_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<detail::value_tensor_t<P>...> sum_;
+};
+template <class... P>
+adagrad(adagrad_options, P&...) -> adagrad<P...>;
+
+struct adam_options {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  /// AdamW: w -= lr * weight_decay * w (decoupled) instead of g += weight_decay * w.
+  bool decoupled = false;
+};
+
+namespace detail {
+/// The moments m, v of every parameter, and the Adam element update.
+template <class... P>
+class adam_base {
+ public:
+  adam_base(adam_options o, char const* op, P&... p) : o_(o), p_(&p...), m_(zeros(p)...), v_(zeros(p)...) {
+    check_lr(op, o.lr);
+    check_beta(op, "beta1", o.beta1);
+    check_beta(op, "beta2", o.beta2);
+    if (!(o.eps > 0)) gradix::detail::fail(op, ": eps ", num(o.eps), " must be > 0");
+  }
+  adam_options& options() { return o_; }
+  /// Steps taken.
+  std::int64_t steps() const { return t_; }
+  void zero_grad() {
+    each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ protected:
+  template <class Q>
+  static value_tensor_t<Q> zeros(Q& q) {
+    return value_tensor_t<Q>(q.value().shape());
+  }
+  /// The update of one element at step t_ (m, v already decayed for skipped steps).
+  template <class T>
+  struct coefs {
+    T lr, b1, b2, c1, c2, eps, wd, decay;  // decay: 1 - lr * wd (decoupled)
+  };
+  template <class T>
+  coefs<T> coefs_now() const {
+    double const c1 = 1 - std::pow(o_.beta1, double(t_));
+    double const c2 = 1 - std::pow(o_.beta2, double(t_));
+    return {T(o_.lr), T(o_.beta1), T(o_.beta2), T(1 / c1), T(1 / std::sqrt(c2)), T(o_.eps),
+            T(o_.decoupled ? 0 : o_.weight_decay), T(o_.decoupled ? 1 - o_.lr * o_.weight_decay : 1)};
+  }
+  template <class T>
+  static void update(coefs<T> const& k, T& w, T& m, T& v, T g) {
+    g += k.wd * w;
+    m = k.b1 * m + (T(1) - k.b1) * g;
+    v = k.b2 * v + (T(1) - k.b2) * g * g;
+    // w -= lr * (m / c1) / (sqrt(v / c2) + eps), as sqrt(v) / sqrt(c2)
+    w = k.decay * w - k.lr * (m * k.c1) / (T(std::sqrt(v)) * k.c2 + k.eps);
+  }
+  adam_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<value_tensor_t<P>...> m_, v_;
+  std::int64_t t_ = 0;
+};
+}  // namespace detail
+
+/// Adam (AdamW with `decoupled`), the dense algorithm: every element of every parameter is
+/// updated each step (an element without gradient has g = 0).
+template <class... P>
+class adam : public detail::adam_base<P...> {
+  using base = detail::adam_base<P...>;
+
+ public:
+  explicit adam(adam_options o, P&... p) : base(o, "gradix::optim::adam", p...) {}
+  void step() {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_)), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+
+ private:
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt) {
+    using T = typename Q::value_type;
+    auto const k = this->template coefs_now<T>();
+    T* const w = p.value().data();
+    T* const m = mt.data();
+    T* const v = vt.data();
+    index_t const n = gradix::detail::slice_count(p);
+    for (index_t id = 0; id < n; ++id)
+      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
+        base::update(k, w[off], m[off], v[off], gp ? *gp : T(0));
+      });
+  }
+};
+template <class... P>
+adam(adam_options, P&...) -> adam<P...>;
+
+/// AdamW: Adam with decoupled weight decay (`weight_decay`, applied as w *= 1 - lr * wd).
+template <class... P>
+class adamw : public adam<P...> {
+ public:
+  static adam_options fix(adam_options o) {
+    o.decoupled = true;
+    return o;
+  }
+  explicit adamw(adam_options o, P&... p) : adam<P...>(fix(o), p...) {}
+};
+template <class... P>
+adamw(adam_options, P&...) -> adamw<P...>;
+
+/// Lazy Adam: only the touched slices are updated (see the file's comment): the step cost
+/// follows the gradient's size, not the table's.
+template <class... P>
+class lazy_adam : public detail::adam_base<P...> {
+  using base = detail::adam_base<P...>;
+
+ public:
+  explicit lazy_adam(adam_options o, P&... p)
+      : base(o, "gradix::optim::lazy_adam", p...), last_(std::vector<std::int64_t>(std::size_t(gradix::detail::slice_count(p)), 0)...) {}
+  void step() {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+
+ private:
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt, std::vector<std::int64_t>& last) {
+    using T = typename Q::value_type;
+    auto const k = this->template coefs_now<T>();
+    T* const w = p.value().data();
+    T* const m = mt.data();
+    T* const v = vt.data();
+    for_each_grad_slice(p, [&](index_t id) {
+      std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
+      last[std::size_t(id)] = this->t_;
+      T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
+      T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
+      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
+        if (skipped > 0) {
+          m[off] *= d1;
+          v[off] *= d2;
+        }
+        base::update(k, w[off], m[off], v[off], *gp);
+      });
+    });
+  }
+  std::tuple<decltype(sizeof(P), std::vector<std::int64_t>{})...> last_;
+};
+template <class... P>
+lazy_adam(adam_options, P&...) -> lazy_adam<P...>;
+
+}  // namespace optim
+
+namespace init {
+/// Fills p's value with uniform values in [-a, a), a = gain * sqrt(6 / (fan_in + fan_out))
+/// (Glorot / Xavier). fan_in and fan_out of a rank-2 parameter used as x * W with W (in,
+/// out): fan_in = extent 0, fan_out = extent 1.
+template <class P>
+void xavier_uniform(P& p, std::uint64_t seed, double gain = 1.0);
+template <class P>
+void xavier_normal(P& p, std::uint64_t seed, double gain = 1.0);
+/// He / Kaiming: uniform in [-a, a), a = gain * sqrt(3 / fan_in), gain sqrt(2) for relu.
+template <class P>
+void kaiming_uniform(P& p, std::uint64_t seed, double gain = 1.4142135623730951);
+template <class P>
+void kaiming_normal(P& p, std::uint64_t seed, double gain = 1.4142135623730951);
+/// Uniform in [lo, hi) and normal(mean, stddev): the values gx::uniform / gx::randn give
+/// for the same seed.
+/// (Written into the parameter's own buffer: expressions that view it stay valid.)
+template <class P>
+void uniform(P& p, std::uint64_t seed, double lo, double hi) {
+  using T = typename P::value_type;
+  auto const t = gradix::uniform<T, typename P::layout_type>(p.value().shape(), seed, T(lo), T(hi));
+  std::copy(t.data(), t.data() + t.size(), p.value().data());
+}
+template <class P>
+void normal(P& p, std::uint64_t seed, double mean, double stddev) {
+  using T = typename P::value_type;
+  auto const t = gradix::randn<T, typename P::layout_type>(p.value().shape(), seed, T(mean), T(stddev));
+  std::copy(t.data(), t.data() + t.size(), p.value().data());
+}
+
+namespace detail {
+template <class P>
+std::pair<double, double> fans(P const& p, char const* op) {
+  static_assert(P::rank >= 1, "gradix::init: a rank-0 parameter has no fan-in");
+  auto const s = p.value().shape();
+  if constexpr (P::rank == 1) {
+    return {double(s.extent(0)), double(s.extent(0))};
+  } else {
+    // (in, out, receptive field...): fan_in = in x field, fan_out = out x field
+    double field = 1;
+    for (std::size_t k = 2; k < P::rank; ++k) field *= double(s.extent(k));
+    double const fi = double(s.extent(0)) * field, fo = double(s.extent(1)) * field;
+    if (fi == 0) gradix::detail::fail(op, ": the parameter ", to_string(s), " has no fan-in");
+    return {fi, fo};
+  }
+}
+}  // namespace detail
+
+template <class P>
+void xavier_uniform(P& p, std::uint64_t seed, double gain) {
+  auto [fi, fo] = detail::fans(p, "gradix::init::xavier_uniform");
+  double const a = gain * std::sqrt(6.0 / (fi + fo));
+  uniform(p, seed, -a, a);
+}
+template <class P>
+void xavier_normal(P& p, std::uint64_t seed, double gain) {
+  auto [fi, fo] = detail::fans(p, "gradix::init::xavier_normal");
+  normal(p, seed, 0.0, gain * std::sqrt(2.0 / (fi + fo)));
+}
+template <class P>
+void kaiming_uniform(P& p, std::uint64_t seed, double gain) {
+  auto [fi, fo] = detail::fans(p, "gradix::init::kaiming_uniform");
+  (void)fo;
+  double const a = gain * std::sqrt(3.0 / fi);
+  uniform(p, seed, -a, a);
+}
+template <class P>
+void kaiming_normal(P& p, std::uint64_t seed, double gain) {
+  auto [fi, fo] = detail::fans(p, "gradix::init::kaiming_normal");
+  (void)fo;
+  normal(p, seed, 0.0, gain / std::sqrt(fi));
+}
+}  // namespace init
+
+}  // namespace gradix
