@@ -11,6 +11,7 @@
 #include "gradix/expr/node.hpp"
 #include "gradix/op/arith.hpp"
 #include "gradix/op/compare.hpp"
+#include "gradix/op/lift.hpp"
 #include "gradix/op/math.hpp"
 
 #include <type_traits>
@@ -169,17 +170,20 @@ concept non_scalar = !scalar<X>;
 // ---------------------------------------------------------------------------------------
 // Builders
 
-/// Applies a user functor elementwise: `unary<my_op>(x)`. The functor provides
-/// `static T value(T)` (and `d_arg(x, y)` for gradients).
+/// Applies a user functor elementwise: `unary<my_op>(x)`. The functor provides `name`,
+/// `value` (and `d_arg(x, y)`, x the operand and y the value, for gradients). A `value` that
+/// is one plain function (`static float value(float)`) is called lane by lane on SIMD packs;
+/// a template or a pack overload gets whole packs (op/lift.hpp, docs/ops.md).
 template <class Op, operand X>
 constexpr auto unary(X&& x) {
-  return detail::make_unary<Op>(detail::as_node(static_cast<X&&>(x)));
+  return detail::make_unary<op::user_functor_t<Op>>(detail::as_node(static_cast<X&&>(x)));
 }
-/// Applies a user binary functor elementwise with broadcasting: `binary<my_op>(a, b)`.
+/// Applies a user binary functor elementwise with broadcasting: `binary<my_op>(a, b)`, with
+/// `value(a, b)`, `d_lhs(a, b, y)` and `d_rhs(a, b, y)`; scalars as for unary.
 template <class Op, class L, class R>
   requires detail::binary_operands<L, R>
 constexpr auto binary(L&& l, R&& r) {
-  return detail::make_binary<Op>(static_cast<L&&>(l), static_cast<R&&>(r));
+  return detail::make_binary<op::user_functor_t<Op>>(static_cast<L&&>(l), static_cast<R&&>(r));
 }
 
 template <class L, class R>
