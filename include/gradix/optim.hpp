@@ -43,6 +43,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <optional>
 #include <vector>
 
 namespace gradix {
@@ -162,16 +163,21 @@ template <class P>
 using value_tensor_t = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
 
 /// The slices a step visits: the touched ones, or every slice of a dense storage when
-/// `all_dense` (the update changes untouched elements too).
+/// `all_dense` (the update changes untouched elements too); f(id) per slice.
 template <class P, class F>
-void visit(P& p, bool all_dense, F&& f) {
+void visit_slices(P& p, bool all_dense, F&& f) {
   using G = gradix::detail::param_storage_t<P>;
   if (all_dense && !G::sparse) {
     index_t const n = gradix::detail::slice_count(p);
-    for (index_t id = 0; id < n; ++id) gradix::detail::slice_elements(p, id, f);
+    for (index_t id = 0; id < n; ++id) f(id);
   } else {
-    for_each_grad_slice(p, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
+    for_each_grad_slice(p, f);
   }
+}
+/// f(offset, grad pointer) for every element of the slices visit_slices visits.
+template <class P, class F>
+void visit(P& p, bool all_dense, F&& f) {
+  visit_slices(p, all_dense, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
 }
 template <class Tuple, class F>
 void each(Tuple& t, F&& f) {
@@ -222,22 +228,26 @@ class sgd {
   }
 
  private:
+  // the momentum buffer, only with momentum (a static shape's empty tensor would be full size)
   template <class Q>
-  detail::value_tensor_t<Q> make_buf(Q& q) {
-    using S = typename Q::shape_type;
-    return detail::value_tensor_t<Q>(o_.momentum != 0 ? q.value().shape() : S{});
+  std::optional<detail::value_tensor_t<Q>> make_buf(Q& q) {
+    if (o_.momentum == 0) return std::nullopt;
+    return std::optional<detail::value_tensor_t<Q>>(std::in_place, q.value().shape());
   }
   template <class Q>
   std::vector<unsigned char> make_first(Q& q) {
     return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
   }
   template <class Q>
-  void one(Q& p, detail::value_tensor_t<Q>& buf, std::vector<unsigned char>& first) {
+  void one(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
     using T = typename Q::value_type;
     T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
     T* const w = p.value().data();
-    T* const b = buf.data();
-    bool const all = o_.momentum != 0 || o_.weight_decay != 0;
+    if (mu != 0 && !buf) {  // momentum set through options() after construction
+      buf.emplace(p.value().shape());
+      first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
+    }
+    T* const b = buf ? buf->data() : nullptr;
     auto slice = [&](index_t id) {
       bool const fresh = mu != 0 && first[std::size_t(id)];
       if (mu != 0) first[std::size_t(id)] = 0;
@@ -251,17 +261,11 @@ class sgd {
         w[off] -= lr * g;
       });
     };
-    using G = gradix::detail::param_storage_t<Q>;
-    if (all && !G::sparse) {
-      index_t const n = gradix::detail::slice_count(p);
-      for (index_t id = 0; id < n; ++id) slice(id);
-    } else {
-      for_each_grad_slice(p, slice);
-    }
+    detail::visit_slices(p, o_.momentum != 0 || o_.weight_decay != 0, slice);
   }
   sgd_options o_;
   std::tuple<P*...> p_;
-  std::tuple<detail::value_tensor_t<P>...> buf_;
+  std::tuple<std::optional<detail::value_tensor_t<P>>...> buf_;
   std::tuple<decltype(sizeof(P), std::vector<unsigned char>{})...> first_;
 };
 template <class... P>
@@ -416,11 +420,13 @@ adam(adam_options, P&...) -> adam<P...>;
 template <class... P>
 class adamw : public adam<P...> {
  public:
-  static adam_options fix(adam_options o) {
+  explicit adamw(adam_options o, P&... p) : adam<P...>(decoupled(o), p...) {}
+
+ private:
+  static adam_options decoupled(adam_options o) {
     o.decoupled = true;
     return o;
   }
-  explicit adamw(adam_options o, P&... p) : adam<P...>(fix(o), p...) {}
 };
 template <class... P>
 adamw(adam_options, P&...) -> adamw<P...>;

@@ -117,6 +117,16 @@ TEST_CASE_TEMPLATE("sgd: plain, momentum, Nesterov and weight decay against the 
   }
 }
 
+namespace {
+// One Adam step of element k in double, as the optimizer defines it (t counts from 1).
+void adam_reference(gx::optim::adam_options const& o, int t, double g, double& w, double& m, double& v) {
+  m = o.beta1 * m + (1 - o.beta1) * g;
+  v = o.beta2 * v + (1 - o.beta2) * g * g;
+  double mh = m / (1 - std::pow(o.beta1, t)), vh = v / (1 - std::pow(o.beta2, t));
+  w -= o.lr * mh / (std::sqrt(vh) + o.eps);
+}
+}  // namespace
+
 TEST_CASE_TEMPLATE("adagrad and adam / adamw against the hand computation", C, GRADIX_AD_CONFIGS) {
   std::vector<rowloss> steps = {{{0, 2}}, {{2, 2}}, {{1}}, {{0}}};
   SUBCASE("adagrad") {
@@ -160,10 +170,7 @@ TEST_CASE_TEMPLATE("adagrad and adam / adamw against the hand computation", C, G
         double g = L.grad(x, index_t(k) / cols, index_t(k) % cols, w[k]);
         if (decoupled) w[k] *= 1 - o.lr * o.weight_decay;
         else g += o.weight_decay * w[k];
-        m[k] = o.beta1 * m[k] + (1 - o.beta1) * g;
-        v[k] = o.beta2 * v[k] + (1 - o.beta2) * g * g;
-        double mh = m[k] / (1 - std::pow(o.beta1, t)), vh = v[k] / (1 - std::pow(o.beta2, t));
-        w[k] -= o.lr * mh / (std::sqrt(vh) + o.eps);
+        adam_reference(o, t, g, w[k], m[k], v[k]);
       }
       auto got = values_of(x);
       for (std::size_t k = 0; k < w.size(); ++k) CHECK(got[k] == doctest::Approx(w[k]).epsilon(1e-12));
@@ -202,11 +209,7 @@ TEST_CASE("lazy_adam: only touched slices move; a slice touched again catches up
         std::size_t k = std::size_t(r * 3 + j);
         m[k] *= std::pow(o.beta1, skipped);
         v[k] *= std::pow(o.beta2, skipped);
-        double g = L.grad(E, r, j, w[k]);
-        m[k] = o.beta1 * m[k] + (1 - o.beta1) * g;
-        v[k] = o.beta2 * v[k] + (1 - o.beta2) * g * g;
-        double mh = m[k] / (1 - std::pow(o.beta1, t)), vh = v[k] / (1 - std::pow(o.beta2, t));
-        w[k] -= o.lr * mh / (std::sqrt(vh) + o.eps);
+        adam_reference(o, t, L.grad(E, r, j, w[k]), w[k], m[k], v[k]);
       }
     }
     auto got = values_of(E);
@@ -232,6 +235,19 @@ TEST_CASE("optimizers: a float parameter of rank 0 and 1 beside a matrix; bad op
   opt.step();
   CHECK(s.value().data()[0] == doctest::Approx(2.f - 0.25f * 12.f));
   CHECK(v.value()(1) == doctest::Approx(-1.f + 0.25f * 2.f));
+  {  // momentum switched on through options() after construction: its buffer starts then
+    auto u = gx::param(gx::tensor<double, shape<2>>{1.0, 2.0});
+    gx::optim::sgd late({.lr = 0.5}, u);
+    late.options().momentum = 0.5;
+    for (int k = 0; k < 2; ++k) {
+      late.zero_grad();
+      gx::backward(gx::sum(u * u));
+      late.step();
+    }
+    // w = 1: g 2, b 2, w 0; then g 0, b 1, w -0.5 (and twice that for w = 2)
+    CHECK(u.value()(0) == -0.5);
+    CHECK(u.value()(1) == -1.0);
+  }
   CHECK_THROWS_WITH_AS(gx::optim::sgd({.lr = -1.0}, v), doctest::Contains("gradix::optim::sgd: the learning rate -1"), gx::error);
   CHECK_THROWS_WITH_AS((gx::optim::sgd({.lr = 0.1, .nesterov = true}, v)), doctest::Contains("Nesterov"), gx::error);
   CHECK_THROWS_WITH_AS(gx::optim::adam({.beta1 = 1.0}, v), doctest::Contains("gradix::optim::adam: beta1 = 1 must be in [0, 1)"), gx::error);

@@ -83,6 +83,23 @@ constexpr auto log_softmax(X&& x) {
   return (a - detail::softmax_shift<Axis>(a)) - log(detail::softmax_sum<Axis>(a));
 }
 
+namespace detail {
+/// The checks both cross_entropy overloads make, and the (B, 1) per-row loss
+/// log(s_i) + (m_i - z[i, t_i]) they share; y1 is unsqueeze<1>(targets).
+template <class Z, class Y>
+constexpr void check_cross_entropy(Z const& z, Y const& y) {
+  static_assert(shape_of_t<Z>::rank == 2, "gradix::cross_entropy: logits must be (batch, classes)");
+  static_assert(shape_of_t<Y>::rank == 1, "gradix::cross_entropy: targets must be a vector of class indices");
+  if (y.shape().extent(0) != z.shape().extent(0))
+    detail::fail("gradix::cross_entropy: ", y.shape().extent(0), " targets for a batch of ",
+                 z.shape().extent(0), " logits rows");
+}
+template <class Z, class Y1>
+constexpr auto cross_entropy_rows(Z const& z, Y1 const& y1) {
+  return log(softmax_sum<1>(z)) + (softmax_shift<1>(z) - take_along<1>(z, y1));
+}
+}  // namespace detail
+
 /// The mean over a batch of -log softmax(logits)[i, targets[i]]: logits (B, C) floating
 /// point, targets a rank-1 integer operand of B class indices (each checked to be in [0, C)
 /// when the expression is built: gradix::error naming the position and the value). The
@@ -92,13 +109,9 @@ template <operand L, operand Y>
 constexpr auto cross_entropy(L&& logits, Y&& targets) {
   auto z = detail::as_node(static_cast<L&&>(logits));
   auto y = detail::as_node(static_cast<Y&&>(targets));
-  static_assert(shape_of_t<decltype(z)>::rank == 2, "gradix::cross_entropy: logits must be (batch, classes)");
-  static_assert(shape_of_t<decltype(y)>::rank == 1, "gradix::cross_entropy: targets must be a vector of class indices");
-  if (y.shape().extent(0) != z.shape().extent(0))
-    detail::fail("gradix::cross_entropy: ", y.shape().extent(0), " targets for a batch of ",
-                 z.shape().extent(0), " logits rows");
+  detail::check_cross_entropy(z, y);
   if (z.shape().extent(0) == 0) detail::fail("gradix::cross_entropy: an empty batch has no mean");
-  return mean(log(detail::softmax_sum<1>(z)) + (detail::softmax_shift<1>(z) - take_along<1>(z, unsqueeze<1>(y))));
+  return mean(detail::cross_entropy_rows(z, unsqueeze<1>(y)));
 }
 
 /// Cross-entropy with per-class weights w (a vector of C), as PyTorch defines it: the sum
@@ -108,18 +121,14 @@ constexpr auto cross_entropy(L&& logits, Y&& targets, W&& weights) {
   auto z = detail::as_node(static_cast<L&&>(logits));
   auto y = detail::as_node(static_cast<Y&&>(targets));
   auto w = detail::as_node(static_cast<W&&>(weights));
-  static_assert(shape_of_t<decltype(z)>::rank == 2, "gradix::cross_entropy: logits must be (batch, classes)");
-  static_assert(shape_of_t<decltype(y)>::rank == 1, "gradix::cross_entropy: targets must be a vector of class indices");
+  detail::check_cross_entropy(z, y);
   static_assert(shape_of_t<decltype(w)>::rank == 1, "gradix::cross_entropy: weights must be a vector of C");
-  if (y.shape().extent(0) != z.shape().extent(0))
-    detail::fail("gradix::cross_entropy: ", y.shape().extent(0), " targets for a batch of ",
-                 z.shape().extent(0), " logits rows");
   if (w.shape().extent(0) != z.shape().extent(1))
     detail::fail("gradix::cross_entropy: ", w.shape().extent(0), " class weights for ",
                  z.shape().extent(1), " classes");
   auto y1 = unsqueeze<1>(y);
   auto wt = detach(take_along<0>(unsqueeze<1>(w), y1));  // (B, 1): w[t_i]
-  return sum(wt * (log(detail::softmax_sum<1>(z)) + (detail::softmax_shift<1>(z) - take_along<1>(z, y1)))) / sum(wt);
+  return sum(wt * detail::cross_entropy_rows(z, y1)) / sum(wt);
 }
 
 }  // namespace gradix

@@ -67,15 +67,6 @@ struct appended_shape {
   };
   using type = shape_from_array_t<holder>;
 };
-template <class C>
-std::string coord_string(C const& c, std::size_t r) {
-  std::string s = "[";
-  for (std::size_t k = 0; k < r; ++k) {
-    if (k) s += ", ";
-    s += std::to_string(c[k]);
-  }
-  return s + "]";
-}
 }  // namespace detail
 
 /// take_along<Axis>(x, pos): out[c] = x[c with pos[c] on axis Axis] (negative Axis counts
@@ -119,8 +110,8 @@ constexpr auto take_along(X&& x, P&& pos) {
         if constexpr (std::is_signed_v<I>) bad = v < 0 || index_t(v) >= n;
         else bad = v >= std::make_unsigned_t<index_t>(n);
         if (bad)
-          detail::fail("gradix::take_along: position ", v, " at ", detail::coord_string(c, R),
-                       " is out of range for axis ", Ax, " of extent ", n);
+          detail::fail("gradix::take_along: position ", v, " at ",
+                       detail::extents_to_string(c.begin(), R), " is out of range for axis ", Ax, " of extent ", n);
         std::size_t j = R;
         while (j-- > 0) {
           if (++c[j] < ext[j]) break;

@@ -40,33 +40,31 @@ GRADIX_COMPARISON(equal, "operator==", x == y)
 GRADIX_COMPARISON(not_equal, "operator!=", x != y)
 #undef GRADIX_COMPARISON
 
-/// y = m != 0 ? a : -0;  dy/dm: none, dy/da = m != 0 ? 1 : 0
-struct keep_if {
+/// keep<true>: y = m != 0 ? a : -0 (dy/da = m != 0 ? 1 : 0);
+/// keep<false>: y = m != 0 ? -0 : a (dy/da = m != 0 ? 0 : 1). No partial into the mask m.
+template <bool WhereSelected>
+struct keep {
   static constexpr char const* name = "where";
   static constexpr bool no_partial_lhs = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T value(T m, T a) {
     return simd::lanewise(
-        [](auto x, auto y) { return x != decltype(x)(0) ? y : -decltype(x)(0); }, m, a);
+        [](auto x, auto y) {
+          return (x != decltype(x)(0)) == WhereSelected ? y : -decltype(x)(0);
+        },
+        m, a);
   }
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_lhs(T, T, T) { return T(0); }
   template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_rhs(T m, T, T) { return m != T(0) ? T(1) : T(0); }
-};
-/// y = m != 0 ? -0 : b;  dy/dm: none, dy/db = m != 0 ? 0 : 1
-struct keep_unless {
-  static constexpr char const* name = "where";
-  static constexpr bool no_partial_lhs = true;
-  template <class T>
-  GRADIX_HOST_DEVICE static constexpr T value(T m, T b) {
-    return simd::lanewise(
-        [](auto x, auto y) { return x != decltype(x)(0) ? -decltype(x)(0) : y; }, m, b);
+  GRADIX_HOST_DEVICE static constexpr T d_rhs(T m, T, T) {
+    if constexpr (WhereSelected)
+      return m != T(0) ? T(1) : T(0);
+    else
+      return m != T(0) ? T(0) : T(1);
   }
-  template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_lhs(T, T, T) { return T(0); }
-  template <class T>
-  GRADIX_HOST_DEVICE static constexpr T d_rhs(T m, T, T) { return m != T(0) ? T(0) : T(1); }
 };
+using keep_if = keep<true>;
+using keep_unless = keep<false>;
 
 }  // namespace gradix::op
