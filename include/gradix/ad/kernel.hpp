@@ -12,6 +12,7 @@
 #include "gradix/core/array.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
@@ -345,6 +346,9 @@ template <class A, class S>
 struct eval_cost<broadcast_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
 template <class A, class S>
 struct eval_cost<reshape_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, class B>
+struct eval_cost<matmul_node<A, B>>
+    : std::integral_constant<std::size_t, 1 + reduction_weight * (eval_cost<A>::value + eval_cost<B>::value)> {};
 template <class V>
 inline constexpr std::size_t eval_cost_v = eval_cost<V>::value;
 

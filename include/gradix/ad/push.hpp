@@ -19,12 +19,14 @@
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
+#include "gradix/ad/product.hpp"
 #include "gradix/ad/save.hpp"
 #include "gradix/ad/value.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
@@ -330,6 +332,8 @@ template <class A, class D, class V, class M>
 constexpr auto push(save_node<A> const& n, D const& dom, V const& v, M const& m);
 template <class N, class L, class D, class V, class M>
 constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m);
+template <class A, class B, class D, class V, class M>
+constexpr auto push(matmul_node<A, B> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
 template <class T, class P, class S, class D, class V, class M>
@@ -520,9 +524,35 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node_.shape().extents(), m));
     }
+  } else if constexpr (is_matmul_node<N>::value) {
+    // a kept product: the adjoint stops here, in a buffer (ad/product.hpp)
+    using T = value_type_t<N>;
+    using GC = workspace_grad<T, shape_of_t<N>>;
+    using SN = saved_node<N, L>;
+    using P0 = use<D, V, M, GC>;
+    auto operand = [&](auto const& x, T const* g) {
+      using X = std::remove_cvref_t<decltype(x)>;
+      if constexpr (!reaches_param_v<X>) {
+        return tuple<>{};
+      } else {
+        using SX = shape_of_t<X>;
+        tensor_view<T const, SX, row_major, host_space> gv(g, x.shape());
+        return push(x, x.shape(), gv, identity_map<SX::rank>());
+      }
+    };
+    auto pa = operand(n.node_.lhs_, n.extra_.ga);
+    auto pb = operand(n.node_.rhs_, n.extra_.gb);
+    return make_tuple(product_use<P0, decltype(pa), decltype(pb), SN>{P0{dom, v, m, nullptr}, pa, pb, n});
   } else {
     return push(n.node_, dom, v, m);
   }
+}
+template <class A, class B, class D, class V, class M>
+constexpr auto push(matmul_node<A, B> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(A) == 0,
+                "gradix internal: a matrix product is planned only through the API's save "
+                "transform (gx::backward_plan_t), which computes it into a buffer first");
+  return tuple<>{};
 }
 
 }  // namespace gradix::ad

@@ -14,6 +14,7 @@
 #include "gradix/api/checks.hpp"
 #include "gradix/api/eval.hpp"
 #include "gradix/api/param.hpp"
+#include "gradix/backend/host/product.hpp"
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
@@ -27,11 +28,15 @@
 namespace gradix {
 
 namespace detail {
-/// Calls f on each plain use of a plan element (both parts of a fused pair, every member of
-/// a multi_use).
+/// Calls f on each plain use of a plan element that writes a parameter's gradient (both
+/// parts of a fused pair, every member of a multi_use, the uses of a product's operand
+/// plans; not the kernel that writes a product's adjoint into the call's workspace).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
-  if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
+  if constexpr (ad::is_product<std::remove_cv_t<U>>::value) {
+    for_each_element(u.pa_, [&](auto& e) { for_each_use(e, f); });
+    for_each_element(u.pb_, [&](auto& e) { for_each_use(e, f); });
+  } else if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
     f(u.first_);
     f(u.second_);
   } else if constexpr (ad::is_multi<std::remove_cv_t<U>>::value) {
@@ -41,15 +46,17 @@ constexpr void for_each_use(U& u, F&& f) {
   }
 }
 
-/// Number of plain uses in a plan element, and in a plan.
+/// Number of plain uses in a plan element, and in a plan (for_each_use's).
+template <class Plan>
+struct plan_uses;
 template <class U>
 inline constexpr std::size_t uses_in_v = 1;
+template <class P0, class PA, class PB, class SN>
+inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_uses<PA>::value + plan_uses<PB>::value;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
 template <int I, class Top, class M, class V0, class... U>
 inline constexpr std::size_t uses_in_v<ad::multi_use<I, Top, M, V0, U...>> = sizeof...(U);
-template <class Plan>
-struct plan_uses;
 template <class... E>
 struct plan_uses<tuple<E...>> : std::integral_constant<std::size_t, (uses_in_v<E> + ... + 0)> {};
 template <class Plan>

@@ -10,6 +10,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/tensor.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 
 #include <type_traits>
@@ -82,6 +83,8 @@ constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
       } else {
         for (index_t k = 0, n = tmp.size(); k < n; ++k) dst.data()[k] = tmp.data()[k];
       }
+    } else if constexpr (is_matmul_node<N>::value && std::is_same_v<DL, row_major>) {
+      detail::product_into(e, dst.data(), "gradix::assign");  // the gemm writes dst (contiguous)
     } else {
       // (kept values are computed before the first element of dst is written)
       detail::run_with_saved<false>(e, "gradix::assign", [&](auto const& e2) { host::assign(dst, e2); });
@@ -107,7 +110,10 @@ constexpr auto eval(E const& e_in) {
   using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
   static_assert(detail::expression_reads_device_memory<N>::value);
   tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
-  detail::run_with_saved<false>(e, "gradix::eval", [&](auto const& e2) { host::assign(out.view(), e2); });
+  if constexpr (is_matmul_node<N>::value && std::is_same_v<L, row_major>)
+    detail::product_into(e, out.data(), "gradix::eval");  // the gemm writes the result
+  else
+    detail::run_with_saved<false>(e, "gradix::eval", [&](auto const& e2) { host::assign(out.view(), e2); });
   if (!std::is_constant_evaluated() && check_finite())
     detail::check_finite_forward("gradix::eval", out.view(), e);
   return out;

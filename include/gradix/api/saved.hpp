@@ -15,13 +15,16 @@
 
 #include "gradix/ad/plan.hpp"
 #include "gradix/ad/save.hpp"
+#include "gradix/ad/product.hpp"
 #include "gradix/backend/host/assign.hpp"
+#include "gradix/backend/host/gemm.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/saved.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
@@ -173,6 +176,134 @@ struct kept_node<save_node<A>> {
   using type = A;
 };
 
+// ---------------------------------------------------------------------------------------
+// Matrix products (expr/matmul.hpp): the operands as a gemm reads them, in place or copied.
+
+template <class X>
+struct is_unsqueeze : std::false_type {};
+template <class A, std::size_t Axis>
+struct is_unsqueeze<unsqueeze_node<A, Axis>> : std::true_type {
+  static constexpr std::size_t axis = Axis;
+};
+/// The data and strides of operand x when a product can read it in place: a view, a
+/// parameter, a kept value's buffer, and permutes and unsqueezes of those. false otherwise.
+template <class T, class X, std::size_t R>
+constexpr bool strided_of(X const& x, T const*& p, array<index_t, R>& st) {
+  if constexpr (is_view_v<X>) {
+    if constexpr (std::is_same_v<std::remove_const_t<typename X::value_type>, T> &&
+                  std::is_same_v<typename X::space_type, host_space>) {
+      p = x.data_;
+      st = x.strides_;
+      return true;
+    } else {
+      return false;
+    }
+  } else if constexpr (requires { typename X::grad_type; typename X::view_type; }) {
+    return strided_of<T>(x.view_, p, st);
+  } else if constexpr (is_saved_node<X>::value) {
+    return strided_of<T>(x.buf_, p, st);
+  } else if constexpr (requires { X::perm; x.arg_; }) {
+    array<index_t, R> sa{};
+    if (!strided_of<T>(x.arg_, p, sa)) return false;
+    for (std::size_t k = 0; k < R; ++k) st[k] = sa[X::perm[k]];
+    return true;
+  } else if constexpr (is_unsqueeze<X>::value) {
+    array<index_t, R - 1> sa{};
+    if (!strided_of<T>(x.arg_, p, sa)) return false;
+    for (std::size_t j = 0, k = 0; j < R; ++j) st[j] = j == is_unsqueeze<X>::axis ? 1 : sa[k++];
+    return true;
+  } else {
+    return false;
+  }
+}
+/// Operand x of rank 2 or 3 as a product reads it in place; ok false when it must be copied
+/// first (not a view of memory, or, for a BLAS, no unit stride along a matrix axis).
+template <class T, class X>
+constexpr bool in_place_operand(X const& x, mat_ref<T>& r) {
+  constexpr std::size_t R = shape_of_t<X>::rank;
+  array<index_t, R> st{};
+  T const* p = nullptr;
+  if (!strided_of<T>(x, p, st)) return false;
+  r = R == 3 ? mat_ref<T>{p, st[R - 2], st[R - 1], st[0]} : mat_ref<T>{p, st[R - 2], st[R - 1], 0};
+  if constexpr (host::uses_blas_v<T>) {
+    if (std::is_constant_evaluated()) return true;
+    auto const sh = x.shape();
+    return host::blas_form_of(sh.extent(R - 2), sh.extent(R - 1), r.rs, r.cs).ok;
+  } else {
+    return true;
+  }
+}
+/// Whether the save transform copies operand x (of the expression before the transform) of
+/// a product: a product or a save mark becomes a kept buffer, read in place.
+template <class T, class X>
+constexpr bool copies_operand(X const& x) {
+  if constexpr (is_matmul_node<X>::value || ad::is_save_node<X>::value) {
+    return false;
+  } else {
+    mat_ref<T> r;
+    return !in_place_operand<T>(x, r);
+  }
+}
+/// The workspace a product N needs beyond its value: copies of its operands, and in a
+/// backward call its adjoint and its operands' adjoints.
+template <class N>
+constexpr void count_product(N const& n, saved_sizes& z) {
+  using T = value_type_t<N>;
+  if (copies_operand<T>(n.lhs_)) z.template add<T>(std::size_t(n.lhs_.shape().size()));
+  if (copies_operand<T>(n.rhs_)) z.template add<T>(std::size_t(n.rhs_.shape().size()));
+  if (!z.argmax) return;
+  z.template add<T>(std::size_t(n.shape().size()));
+  if constexpr (ad::reaches_param_v<decltype(n.lhs_)>) z.template add<T>(std::size_t(n.lhs_.shape().size()));
+  if constexpr (ad::reaches_param_v<decltype(n.rhs_)>) z.template add<T>(std::size_t(n.rhs_.shape().size()));
+}
+/// Computes product n (its operands transformed already) into c (row-major, n's shape): its
+/// operands read in place or copied into buffers of s first, then one gemm (per batch
+/// element, or one for all when they stack). Returns the operands as the gemm read them.
+template <class N>
+constexpr auto compute_product(N const& n, saved_space& s, value_type_t<N>* c) {
+  using T = value_type_t<N>;
+  auto operand = [&](auto const& x) {
+    mat_ref<T> r;
+    if (in_place_operand<T>(x, r)) return r;
+    using X = std::remove_cvref_t<decltype(x)>;
+    constexpr std::size_t R = shape_of_t<X>::rank;
+    T* q = s.template take<T>(std::size_t(x.shape().size()));
+    tensor_view<T, shape_of_t<X>, row_major, host_space> v(q, x.shape());
+    host::assign(v, x);
+    index_t const rows = x.shape().extent(R - 2), cols = x.shape().extent(R - 1);
+    return mat_ref<T>{q, cols, 1, R == 3 ? rows * cols : 0};
+  };
+  struct operands {
+    mat_ref<T> a, b;
+  };
+  operands const o{operand(n.lhs_), operand(n.rhs_)};
+  host::gemm(n.batch(), n.rows(), n.cols(), n.inner(), o.a, o.b, c, n.cols(), N::rank == 3 ? n.rows() * n.cols() : 0,
+             false);
+  return o;
+}
+/// A product kept: computed into a buffer of the call (compute_product); in a backward call
+/// its adjoint buffers are taken too.
+template <class N>
+constexpr auto keep_product(N const& n, saved_space& s) {
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  using L = saved_layout_t<N>;
+  T* c = s.template take<T>(std::size_t(n.shape().size()));
+  auto const o = compute_product(n, s, c);
+  using R = saved_node<N, L>;
+  R r{n, typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  r.extra_.a = o.a;
+  r.extra_.b = o.b;
+  if (s.argmax()) {
+    r.extra_.gc = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+    if constexpr (ad::reaches_param_v<decltype(n.lhs_)>)
+      r.extra_.ga = s.template take<T>(std::size_t(n.lhs_.shape().size()));
+    if constexpr (ad::reaches_param_v<decltype(n.rhs_)>)
+      r.extra_.gb = s.template take<T>(std::size_t(n.rhs_.shape().size()));
+  }
+  return r;
+}
+
 template <bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
   if constexpr (ad::keeps_value_v<N, Under>) {
@@ -183,6 +314,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     if constexpr (ad::needs_argmax<K>::value)
       if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(K::mask)));
   }
+  if constexpr (is_matmul_node<N>::value) count_product(n, z);
   constexpr bool U = ad::operands_under_v<N>;
   if constexpr (is_saved_node<N>::value) {
   } else if constexpr (requires { n.lhs_; n.rhs_; }) {
@@ -195,7 +327,14 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
 
 /// A node kept: its value computed into a buffer of the call, read from there.
 template <class N>
+constexpr auto keep_value_assigned(N const& n, saved_space& s);
+template <class N>
 constexpr auto keep_value(N const& n, saved_space& s) {
+  if constexpr (is_matmul_node<N>::value) return keep_product(n, s);
+  else return keep_value_assigned(n, s);
+}
+template <class N>
+constexpr auto keep_value_assigned(N const& n, saved_space& s) {
   using T = value_type_t<N>;
   using L = saved_layout_t<N>;
   using S = shape_of_t<N>;
@@ -302,6 +441,12 @@ constexpr auto rebuild(detach_node<A> const& n, saved_space& s) {
   auto a = with_saved<U>(n.arg_, s);
   return detach_node<decltype(a)>{a};
 }
+template <bool U, class A, class B>
+constexpr auto rebuild(matmul_node<A, B> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.lhs_, s);
+  auto b = with_saved<U>(n.rhs_, s);
+  return matmul_node<decltype(a), decltype(b)>{a, b, n.shape_};
+}
 template <bool U, class A>
 constexpr auto rebuild(save_node<A> const& n, saved_space& s) {
   return with_saved<U>(n.arg_, s);  // the mark itself becomes the saved_node around it
@@ -349,6 +494,28 @@ constexpr decltype(auto) run_with_saved(E const& e, char const* op, F&& f) {
     auto const e2 = with_saved<true>(e, s);
     return f(e2);
   }
+}
+
+/// eval / assign of a product at the root (a forward call), straight into dst (row-major,
+/// contiguous, e's shape, not read by e): the operands' kept values and copies in the call's
+/// buffers, the gemm writing dst.
+template <class N>
+constexpr void product_into(N const& n, value_type_t<N>* dst, char const* op) {
+  saved_sizes z;
+  count_saved<true>(n.lhs_, z);
+  count_saved<true>(n.rhs_, z);
+  count_product(n, z);
+  auto make = [&]() -> saved_space {
+    try {
+      return saved_space(z);
+    } catch (std::bad_alloc const&) {
+      fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
+    }
+  };
+  saved_space s = make();
+  auto a = with_saved<true>(n.lhs_, s);
+  auto b = with_saved<true>(n.rhs_, s);
+  compute_product(matmul_node<decltype(a), decltype(b)>{a, b, n.shape_}, s, dst);
 }
 
 }  // namespace detail

@@ -7,13 +7,15 @@
 ///   saved_node<N, L>  N's value in a buffer of N's shape (layout L); made by the API's save
 ///                     transform (api/saved.hpp) for every `save_node` and for every
 ///                     reduction read by a node other than a reduction (the cost rule of
-///                     docs/ad.md, "Saved values"); never built by users
+///                     docs/ad.md, "Saved values") and for every matrix product; never
+///                     built by users
 ///
 /// Both have the value of their operand and pass gradients through to it.
 
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 
 #include <type_traits>
@@ -39,6 +41,18 @@ using saved_layout_t =
     std::conditional_t<std::is_same_v<layout_of_t<N>, col_major> && (shape_of_t<N>::rank > 1),
                        col_major, row_major>;
 
+/// What a saved_node of N keeps beside N's value: nothing, or for a matrix product its
+/// product_state (expr/matmul.hpp).
+struct no_saved_extra {};
+template <class N>
+struct saved_extra {
+  using type = no_saved_extra;
+};
+template <class L, class R>
+struct saved_extra<matmul_node<L, R>> {
+  using type = product_state<value_type_t<matmul_node<L, R>>, shape_of_t<matmul_node<L, R>>>;
+};
+
 /// N's value, read from a buffer (buf_) filled before the expression runs; node_ is N itself,
 /// through which backward pushes adjoints.
 template <class N, class L>
@@ -55,6 +69,8 @@ struct saved_node {
   /// A max reduction's arg-max, when N is one: per output element (row-major order), the
   /// operand coordinate along each reduced axis (in axis order) of its first arg-max.
   index_t const* argmax_ = nullptr;
+  /// A matrix product's operands and backward buffers (saved_extra).
+  [[no_unique_address]] typename saved_extra<N>::type extra_{};
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return buf_.shape(); }
 };
 

@@ -8,6 +8,7 @@
 #include "gradix/core/view.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -45,6 +46,9 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
   using D = std::remove_const_t<N>;
   if constexpr (is_view_v<D> || is_param_node<D>::value) {
     f(n, in_place);
+  } else if constexpr (is_matmul_node<D>::value) {  // every element reads whole rows and columns
+    for_each_leaf(n.lhs_, f, false);
+    for_each_leaf(n.rhs_, f, false);
   } else if constexpr (requires { n.lhs_; n.rhs_; }) {  // binary_node
     using RS = shape_of_t<D>;
     for_each_leaf(n.lhs_, f, in_place && reads_in_place_v<shape_of_t<decltype(n.lhs_)>, RS>);

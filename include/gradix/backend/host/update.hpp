@@ -15,6 +15,7 @@
 /// order as with one thread: bit-identical results for any thread count.
 
 #include "gradix/ad/plan.hpp"
+#include "gradix/ad/product.hpp"
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
@@ -1200,7 +1201,7 @@ struct argmax_map<F, tuple<C...>>
 /// F's value there, so the kernel carries the loss (run_carrying_argmax).
 template <class F, class U>
 inline constexpr bool argmax_carrier_v = [] {
-  if constexpr (ad::is_multi<U>::value || ad::is_fused<U>::value) {
+  if constexpr (ad::is_multi<U>::value || ad::is_fused<U>::value || ad::is_product<U>::value) {
     return false;
   } else {
     return U::domain_type::rank == 1 && argmax_map<F, typename U::map_type>::value &&
@@ -1223,7 +1224,7 @@ inline constexpr bool carries_loss_v = [] {
       return true;
     } else if constexpr (ad::is_multi<U>::value) {
       return detail::multi_carries<F, U>::value;
-    } else if constexpr (ad::is_fused<U>::value) {
+    } else if constexpr (ad::is_fused<U>::value || ad::is_product<U>::value) {
       return false;
     } else {
       using K = ad::kernel_traits<U>;
@@ -1323,22 +1324,11 @@ bool run_carrying_argmax(Use const& u, Root const& root, value_type_t<Root>* par
   return true;
 #endif
 }
-}  // namespace detail
-
-/// Runs use u (a carrier of root: carries_loss_v) and leaves the block sums of the root's
-/// operand F in parts[0 .. nblocks) (eval/reduce.hpp's blocks for F's extent); returns
-/// false, having done nothing, when u cannot carry them at run time. u's domain is F's: its
-/// element j is F's element j.
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// run_carrying for a carrier that is not an arg-max one: u's value and the root's operand F
+/// are evaluated side by side, element j of u's domain being F's element j.
 template <class Root, class Use>
-bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& root,
-                  [[maybe_unused]] value_type_t<Root>* parts) {
-#if !defined(GRADIX_HAS_VECTOR_EXT)
-  return false;
-#else
-  if (!u.target_) return false;
-  if constexpr (carries_row_maxima_v<Root, Use>) {
-    return detail::run_carrying_argmax(u, root, parts);
-  } else {
+bool run_carrying_plain(Use const& u, Root const& root, value_type_t<Root>* parts) {
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
   using T = typename G::value_type;
@@ -1420,7 +1410,25 @@ bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& ro
   };
   pool().run(nb, block, !(pool().size() > 1 && n >= 2 * parallel_min_elements && nb >= 2));
   return true;
-  }
+}
+#endif
+}  // namespace detail
+
+/// Runs use u (a carrier of root: carries_loss_v) and leaves the block sums of the root's
+/// operand F in parts[0 .. nblocks) (eval/reduce.hpp's blocks for F's extent); returns
+/// false, having done nothing, when u cannot carry them at run time. u's domain is F's: its
+/// element j is F's element j.
+template <class Root, class Use>
+bool run_carrying([[maybe_unused]] Use const& u, [[maybe_unused]] Root const& root,
+                  [[maybe_unused]] value_type_t<Root>* parts) {
+#if !defined(GRADIX_HAS_VECTOR_EXT)
+  return false;
+#else
+  if (!u.target_) return false;
+  if constexpr (carries_row_maxima_v<Root, Use>)
+    return detail::run_carrying_argmax(u, root, parts);
+  else
+    return detail::run_carrying_plain(u, root, parts);
 #endif
 }
 template <class Root, int I, class Top, class TMap, class V0, class... U>

@@ -1,0 +1,74 @@
+#pragma once
+/// \file
+/// The backward of a matrix product C = A B (docs/ad.md, "Matrix products"). The adjoint
+/// that reaches C is a mapped adjoint like any other, but a product cannot push it into its
+/// operands element by element: d A = d C B^T needs all of d C. So the push stops at C and
+/// the plan gets one element of a kind of its own, a product_use:
+///
+///   p0   one update kernel that writes d C into the call's workspace (product_state::gc):
+///        the mapped adjoint, settled, scattered into a buffer of C's shape
+///   then two products (backend/host/gemm.hpp): d A = d C op(B)^T into ga, d B = op(A)^T d C
+///        into gb (summed over the batch for an operand shared by every batch element)
+///   pa   the plan of A with the adjoint d A: a view of ga over A's shape (identity map)
+///   pb   the same for B
+///
+/// pa or pb is empty (and its product skipped) when no gradient flows into that operand. The
+/// elements of pa and pb are ordinary plan elements (uses, fused and multi uses, products
+/// further down), run in order after the products.
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/config.hpp"
+#include "gradix/expr/param.hpp"
+#include "gradix/expr/matmul.hpp"
+#include "gradix/expr/saved.hpp"
+
+#include <type_traits>
+
+namespace gradix::ad {
+
+/// The plan element of a kept product SN (a saved_node of a matmul_node) in a backward call.
+/// (The plan holds copies of nodes, not pointers into the expression: plan() works on a copy
+/// of its own. p0's target, the product's adjoint buffer, is set where it runs, as a
+/// workspace_grad over the buffer node_.extra_.gc names.)
+template <class P0, class PA, class PB, class SN>
+struct product_use {
+  P0 p0_;
+  PA pa_;
+  PB pb_;
+  SN node_;  // the saved product: its operands as the products read them, and its buffers
+};
+
+template <class U>
+struct is_product : std::false_type {};
+template <class P0, class PA, class PB, class SN>
+struct is_product<product_use<P0, PA, PB, SN>> : std::true_type {};
+
+template <class N>
+struct is_detach : std::false_type {};
+template <class A>
+struct is_detach<detach_node<A>> : std::true_type {};
+
+/// Whether a gradient can flow from N into a parameter: N holds a floating-point parameter
+/// that is not under a detach (types only; an over-estimate costs a product whose plan is
+/// empty, and then the product is skipped).
+template <class N>
+constexpr bool reaches_param() {
+  if constexpr (requires { typename N::grad_type; typename N::view_type; }) {
+    return std::is_floating_point_v<value_type_t<N>>;
+  } else if constexpr (is_detach<N>::value) {
+    return false;
+  } else if constexpr (is_saved_node<N>::value) {
+    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>();
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
+           reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else {
+    return false;
+  }
+}
+template <class N>
+inline constexpr bool reaches_param_v = reaches_param<std::remove_cvref_t<N>>();
+
+}  // namespace gradix::ad
