@@ -11,6 +11,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -346,6 +347,8 @@ template <class A, class S>
 struct eval_cost<broadcast_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
 template <class A, class S>
 struct eval_cost<reshape_node<A, S>> : std::integral_constant<std::size_t, 1 + eval_cost<A>::value> {};
+template <class A, class I>
+struct eval_cost<segment_sum_node<A, I>> : std::integral_constant<std::size_t, 1 + reduction_weight * eval_cost<A>::value> {};
 template <class A, class B>
 struct eval_cost<matmul_node<A, B>>
     : std::integral_constant<std::size_t, 1 + reduction_weight * (eval_cost<A>::value + eval_cost<B>::value)> {};

@@ -19,6 +19,7 @@
 #include "gradix/ad/kernel.hpp"
 #include "gradix/config.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/saved.hpp"
 
@@ -42,6 +43,26 @@ template <class U>
 struct is_product : std::false_type {};
 template <class P0, class PA, class PB, class SN>
 struct is_product<product_use<P0, PA, PB, SN>> : std::true_type {};
+
+/// The plan element of a kept node whose backward reads its adjoint at other coordinates
+/// than the kernel that produces it (a segment sum, when its adjoint is not a buffer
+/// already): p0 writes the adjoint into the node's workspace buffer (node_.extra_.gout),
+/// then pe, the operand's plan pushed from that buffer, runs.
+template <class P0, class PE, class SN>
+struct staged_use {
+  P0 p0_;
+  PE pe_;
+  SN node_;
+};
+template <class U>
+struct is_staged : std::false_type {};
+template <class P0, class PE, class SN>
+struct is_staged<staged_use<P0, PE, SN>> : std::true_type {};
+
+/// Plan elements that write a workspace buffer first (products and staged uses): neither a
+/// plain, fused nor multi use.
+template <class U>
+inline constexpr bool materialises_v = is_product<U>::value || is_staged<U>::value;
 
 template <class N>
 struct is_detach : std::false_type {};

@@ -26,6 +26,7 @@
 #include "gradix/core/tuple.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -334,6 +335,8 @@ template <class N, class L, class D, class V, class M>
 constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m);
 template <class A, class B, class D, class V, class M>
 constexpr auto push(matmul_node<A, B> const& n, D const& dom, V const& v, M const& m);
+template <class A, class I, class D, class V, class M>
+constexpr auto push(segment_sum_node<A, I> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
 template <class T, class P, class S, class D, class V, class M>
@@ -543,9 +546,61 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     auto pa = operand(n.node_.lhs_, n.extra_.ga);
     auto pb = operand(n.node_.rhs_, n.extra_.gb);
     return make_tuple(product_use<P0, decltype(pa), decltype(pb), SN>{P0{dom, v, m, nullptr}, pa, pb, n});
+  } else if constexpr (is_segment_sum_node<N>::value) {
+    // a kept segment sum: one scatter over its operand's rows, d arg[j, r] = scale[j] *
+    // d out[bag_of[j], r], reading the adjoint of the result from a buffer (the adjoint
+    // itself when it is a view read at the identity, else the node's workspace buffer,
+    // written first: a staged_use)
+    using A = std::remove_cvref_t<decltype(n.node_.arg_)>;
+    using T = value_type_t<N>;
+    using S = shape_of_t<N>;
+    constexpr std::size_t R = S::rank;
+    if constexpr (!reaches_param_v<A> || !detail::differentiable_v<A>) {
+      return tuple<>{};
+    } else {
+      auto scatter = [&](auto const& gv) {
+        using GV = std::remove_cvref_t<decltype(gv)>;
+        using IV = index_vec<index_t>;
+        using G = index_node<GV, 0, IV>;
+        index_t const len = n.node_.arg_.shape().extent(0);
+        typename G::shape_type gs{};
+        gs.set_extent(0, len);
+        for (std::size_t j = 1; j < R; ++j) gs.set_extent(j, gv.shape().extent(j));
+        G g{gv, IV{n.extra_.bag_of, len, 1}, gs};
+        using SV = tensor_view<T const, shape<dyn>, row_major, host_space>;
+        SV sv(n.extra_.scale, shape<dyn>(dims(len)));
+        auto const& xa = n.node_.arg_;
+        if constexpr (R == 1) {
+          auto val = binary_node<op::mul, G, SV>{g, sv, gs};
+          return push(xa, xa.shape(), val, identity_map<R>());
+        } else {
+          using U = unsqueeze_node<SV, 1>;
+          typename U::shape_type us{};
+          us.set_extent(0, len);
+          auto val = binary_node<op::mul, G, U>{g, U{sv, us}, gs};
+          return push(xa, xa.shape(), val, identity_map<R>());
+        }
+      };
+      if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
+        return scatter(v);
+      } else {
+        using GO = workspace_grad<T, S>;
+        using P0 = use<D, V, M, GO>;
+        tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
+        auto pe = scatter(gout);
+        return make_tuple(staged_use<P0, decltype(pe), saved_node<N, L>>{P0{dom, v, m, nullptr}, pe, n});
+      }
+    }
   } else {
     return push(n.node_, dom, v, m);
   }
+}
+template <class A, class I, class D, class V, class M>
+constexpr auto push(segment_sum_node<A, I> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(A) == 0,
+                "gradix internal: a segment sum is planned only through the API's save transform "
+                "(gx::backward_plan_t), which keeps it");
+  return tuple<>{};
 }
 template <class A, class B, class D, class V, class M>
 constexpr auto push(matmul_node<A, B> const&, D const&, V const&, M const&) {

@@ -10,6 +10,8 @@
 ///     A reduction of a reduction reads each inner value once, and the root reduction is the
 ///     result itself: neither is kept;
 ///   - a matrix product (expr/matmul.hpp): computed by a gemm, never in the loops around it;
+///   - a segment sum (expr/bag.hpp: embedding_bag), whose backward reads each bag's adjoint
+///     once per row of the bag;
 ///   - marked by the user with `gx::saved(e)`.
 /// Everything else (elementwise, index and view nodes) is recomputed where it is read: it
 /// costs a few operations per element and is read once per element of its consumer.
@@ -17,6 +19,7 @@
 /// them.
 
 #include "gradix/config.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -47,14 +50,15 @@ struct needs_argmax<reduce_node<op::max_of, detach_node<A>, Mask, Keep>> : std::
 /// root counts as under a reduction: it is the result)?
 template <class N, bool Under>
 inline constexpr bool keeps_value_v =
-    is_save_node<N>::value || is_matmul_node<N>::value ||
+    is_save_node<N>::value || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
     (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
 
 /// Do N's operands sit under a reduction or a save mark? (A product's operands are read once
 /// per element, into the product or into a buffer first: as under a reduction.)
 template <class N>
 inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_argmax_node<N>::value ||
-                                         is_save_node<N>::value || is_matmul_node<N>::value;
+                                         is_save_node<N>::value || is_matmul_node<N>::value ||
+                                         is_segment_sum_node<N>::value;
 
 template <class N, bool Under = true>
 struct buffer_count;

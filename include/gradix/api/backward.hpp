@@ -36,6 +36,8 @@ constexpr void for_each_use(U& u, F&& f) {
   if constexpr (ad::is_product<std::remove_cv_t<U>>::value) {
     for_each_element(u.pa_, [&](auto& e) { for_each_use(e, f); });
     for_each_element(u.pb_, [&](auto& e) { for_each_use(e, f); });
+  } else if constexpr (ad::is_staged<std::remove_cv_t<U>>::value) {
+    for_each_element(u.pe_, [&](auto& e) { for_each_use(e, f); });
   } else if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
     f(u.first_);
     f(u.second_);
@@ -53,6 +55,8 @@ template <class U>
 inline constexpr std::size_t uses_in_v = 1;
 template <class P0, class PA, class PB, class SN>
 inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_uses<PA>::value + plan_uses<PB>::value;
+template <class P0, class PE, class SN>
+inline constexpr std::size_t uses_in_v<ad::staged_use<P0, PE, SN>> = plan_uses<PE>::value;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
 template <int I, class Top, class M, class V0, class... U>

@@ -22,6 +22,7 @@
 #include "gradix/core/tensor.hpp"
 #include "gradix/eval/elementwise.hpp"
 #include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/bag.hpp"
 #include "gradix/eval/matmul.hpp"
 #include "gradix/expr/visit.hpp"
 #include "gradix/grad/storage.hpp"
@@ -170,6 +171,10 @@ struct node_label_of<reshape_node<A, S>> {
 template <class A, class S>
 struct node_label_of<broadcast_node<A, S>> {
   static constexpr char const* get() { return "broadcast_to"; }
+};
+template <class A, class I>
+struct node_label_of<segment_sum_node<A, I>> {
+  static constexpr char const* get() { return "segment_sum"; }
 };
 template <class A, class B>
 struct node_label_of<matmul_node<A, B>> {

@@ -20,9 +20,11 @@
 #include "gradix/backend/host/gemm.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/eval/bag.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/saved.hpp"
 #include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
@@ -315,6 +317,13 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
       if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(K::mask)));
   }
   if constexpr (is_matmul_node<N>::value) count_product(n, z);
+  if constexpr (is_segment_sum_node<N>::value) {
+    if (z.argmax) {  // bag_of and scale per position, the adjoint of the result
+      z.template add<index_t>(std::size_t(n.arg_.shape().extent(0)));
+      z.template add<value_type_t<N>>(std::size_t(n.arg_.shape().extent(0)));
+      z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
+    }
+  }
   constexpr bool U = ad::operands_under_v<N>;
   if constexpr (is_saved_node<N>::value) {
   } else if constexpr (requires { n.lhs_; n.rhs_; }) {
@@ -328,9 +337,82 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
 /// A node kept: its value computed into a buffer of the call, read from there.
 template <class N>
 constexpr auto keep_value_assigned(N const& n, saved_space& s);
+/// A segment sum kept: its value, and in a backward call the bag and scale of each position
+/// and a buffer for its adjoint.
+/// The value of segment sum n into row-major c: per bag, its rows added one after another
+/// into the bag's row of c (the contiguous axis in SIMD packs), bags in parallel; then the
+/// mean's scale. The same sums, in the same order, as the evaluator's.
+template <class N, class T>
+constexpr void segment_values(N const& n, T* c) {
+  using S = shape_of_t<N>;
+  constexpr std::size_t R = S::rank;
+  index_t const nb = n.shape().extent(0), width = R == 2 ? n.shape().extent(1) : 1;
+  ev::evaluator<std::remove_cvref_t<decltype(n.arg_)>> const ev(n.arg_);
+  auto bags = [&](index_t b0, index_t b1) {
+    for (index_t b = b0; b < b1; ++b) {
+      T* const row = c + b * width;
+      for (index_t d = 0; d < width; ++d) row[d] = T(0);
+      for (index_t j = n.begin(b), e = n.end(b); j < e; ++j) {
+        if constexpr (R == 1) {
+          row[0] += T(ev(coord<1>{j}));
+        } else {
+          auto const in = ev.template outer<1>(coord<2>{j, 0});
+          index_t d = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+          if (!std::is_constant_evaluated()) {
+            constexpr int W = simd::width<T>;
+            for (; d + W <= width; d += W)
+              simd::store<T, W>(row + d, simd::load<T, W>(row + d) + ev::pack_as<T, W>(in, d));
+          }
+#endif
+          for (; d < width; ++d) row[d] += T(in.elem(d));
+        }
+      }
+      if (n.mean_ && n.end(b) > n.begin(b)) {
+        T const k = T(n.end(b) - n.begin(b));
+        for (index_t d = 0; d < width; ++d) row[d] = T(row[d] / k);
+      }
+    }
+  };
+  if (std::is_constant_evaluated()) {
+    bags(0, nb);
+  } else {
+    index_t const len = n.arg_.shape().extent(0);
+    index_t const per_bag = nb > 0 ? (len / nb + 1) * width : 1;
+    host::parallel_ranges(nb, bags, std::max<index_t>(1, host::parallel_min_elements / per_bag));
+  }
+}
+
+template <class N>
+constexpr auto keep_segments(N const& n, saved_space& s) {
+  using T = value_type_t<N>;
+  using L = saved_layout_t<N>;
+  using S = shape_of_t<N>;
+  static_assert(S::rank <= 2, "gradix::segment_sum: operands of rank 1 or 2");
+  T* c = s.template take<T>(std::size_t(n.shape().size()));
+  segment_values(n, c);
+  using R = saved_node<N, L>;
+  R r{n, typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  if (!s.argmax()) return r;
+  index_t const len = n.arg_.shape().extent(0), nb = n.shape().extent(0);
+  index_t* bag = s.template take<index_t>(std::size_t(len));
+  T* sc = s.template take<T>(std::size_t(len));
+  for (index_t b = 0; b < nb; ++b) {
+    T const f = n.scale(b);
+    for (index_t j = n.begin(b), e = n.end(b); j < e; ++j) {
+      bag[j] = b;
+      sc[j] = f;
+    }
+  }
+  r.extra_.bag_of = bag;
+  r.extra_.scale = sc;
+  r.extra_.gout = workspace_grad<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+  return r;
+}
 template <class N>
 constexpr auto keep_value(N const& n, saved_space& s) {
   if constexpr (is_matmul_node<N>::value) return keep_product(n, s);
+  else if constexpr (is_segment_sum_node<N>::value) return keep_segments(n, s);
   else return keep_value_assigned(n, s);
 }
 template <class N>
@@ -440,6 +522,11 @@ template <bool U, class A>
 constexpr auto rebuild(detach_node<A> const& n, saved_space& s) {
   auto a = with_saved<U>(n.arg_, s);
   return detach_node<decltype(a)>{a};
+}
+template <bool U, class A, class I>
+constexpr auto rebuild(segment_sum_node<A, I> const& n, saved_space& s) {
+  auto a = with_saved<U>(n.arg_, s);
+  return segment_sum_node<decltype(a), I>{a, n.idx_, n.shape_, n.mean_};
 }
 template <bool U, class A, class B>
 constexpr auto rebuild(matmul_node<A, B> const& n, saved_space& s) {

@@ -15,6 +15,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 
@@ -47,6 +48,10 @@ struct no_saved_extra {};
 template <class N>
 struct saved_extra {
   using type = no_saved_extra;
+};
+template <class A, class I>
+struct saved_extra<segment_sum_node<A, I>> {
+  using type = segment_state<value_type_t<segment_sum_node<A, I>>, shape_of_t<segment_sum_node<A, I>>>;
 };
 template <class L, class R>
 struct saved_extra<matmul_node<L, R>> {

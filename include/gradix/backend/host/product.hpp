@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Running a product_use (ad/product.hpp) on the host: the adjoint of the product into its
-/// workspace buffer, the two products, then the operands' plans.
+/// Running a product_use and a staged_use (ad/product.hpp) on the host: the adjoint of the
+/// node into its workspace buffer, then (a product) the two products, then the operands'
+/// plans.
 
 #include "gradix/ad/product.hpp"
 #include "gradix/backend/host/gemm.hpp"
@@ -23,17 +24,37 @@ template <class P0, class PA, class PB, class SN>
 void run(ad::product_use<P0, PA, PB, SN> const& u);
 template <class P0, class PA, class PB, class SN>
 constexpr void run_serial(ad::product_use<P0, PA, PB, SN> const& u);
+template <class P0, class PE, class SN>
+constexpr void prepare(ad::staged_use<P0, PE, SN> const& u);
+template <class P0, class PE, class SN>
+std::size_t scratch_bytes(ad::staged_use<P0, PE, SN> const& u);
+template <class P0, class PE, class SN>
+void run(ad::staged_use<P0, PE, SN> const& u);
+template <class P0, class PE, class SN>
+constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u);
 
 namespace detail {
-/// Calls f(p0) with p0 a copy of u's first kernel whose target is the product's adjoint
-/// buffer.
-template <class P0, class PA, class PB, class SN, class F>
-constexpr void with_adjoint_target(ad::product_use<P0, PA, PB, SN> const& u, F&& f) {
-  auto const& gc = u.node_.extra_.gc;
-  std::remove_cvref_t<decltype(gc)> g = gc;
-  P0 p0 = u.p0_;
+/// Calls f(p0) with p0 a copy of u's first kernel whose target is the node's adjoint
+/// buffer g (a product's gc, a staged use's gout).
+template <class P0, class G, class F>
+constexpr void with_target(P0 const& u0, G const& buf, F&& f) {
+  G g = buf;
+  P0 p0 = u0;
   p0.target_ = &g;
   f(p0);
+}
+template <class P0, class PA, class PB, class SN, class F>
+constexpr void with_adjoint_target(ad::product_use<P0, PA, PB, SN> const& u, F&& f) {
+  with_target(u.p0_, u.node_.extra_.gc, f);
+}
+/// Clears n elements at p.
+template <bool Serial, class T>
+constexpr void clear(T* p, index_t n) {
+  if (std::is_constant_evaluated() || Serial) {
+    for (index_t q = 0; q < n; ++q) p[q] = T(0);
+  } else if (n > 0) {
+    std::memset(static_cast<void*>(p), 0, std::size_t(n) * sizeof(T));
+  }
 }
 }  // namespace detail
 
@@ -64,13 +85,7 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
   constexpr bool batched = std::remove_cvref_t<decltype(mm)>::rank == 3;
   index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
   T* const gc = st.gc.data();
-  index_t const size = mm.shape().size();
-  // d C: cleared, then the adjoint added into it
-  if (std::is_constant_evaluated() || Serial) {
-    for (index_t q = 0; q < size; ++q) gc[q] = T(0);
-  } else if (size > 0) {
-    std::memset(static_cast<void*>(gc), 0, std::size_t(size) * sizeof(T));
-  }
+  clear<Serial>(gc, mm.shape().size());  // d C: cleared, then the adjoint added into it
   with_adjoint_target(u, [](auto const& p0) {
     if constexpr (Serial) run_serial(p0);
     else run(p0);
@@ -97,7 +112,41 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
     run_all(u.pb_);
   }
 }
+
+template <bool Serial, class P0, class PE, class SN>
+constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
+  auto const& g = u.node_.extra_.gout;
+  clear<Serial>(g.data(), g.shape().size());
+  with_target(u.p0_, g, [](auto const& p0) {
+    if constexpr (Serial) run_serial(p0);
+    else run(p0);
+  });
+  for_each_element(u.pe_, [](auto const& e) {
+    if constexpr (Serial) run_serial(e);
+    else run(e);
+  });
+}
 }  // namespace detail
+
+template <class P0, class PE, class SN>
+constexpr void prepare(ad::staged_use<P0, PE, SN> const& u) {
+  for_each_element(u.pe_, [](auto const& e) { prepare(e); });
+}
+template <class P0, class PE, class SN>
+std::size_t scratch_bytes(ad::staged_use<P0, PE, SN> const& u) {
+  std::size_t r = 0;
+  detail::with_target(u.p0_, u.node_.extra_.gout, [&](auto const& p0) { r = scratch_bytes(p0); });
+  for_each_element(u.pe_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  return r;
+}
+template <class P0, class PE, class SN>
+void run(ad::staged_use<P0, PE, SN> const& u) {
+  detail::run_staged<false>(u);
+}
+template <class P0, class PE, class SN>
+constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u) {
+  detail::run_staged<true>(u);
+}
 
 template <class P0, class PA, class PB, class SN>
 void run(ad::product_use<P0, PA, PB, SN> const& u) {

@@ -1201,7 +1201,7 @@ struct argmax_map<F, tuple<C...>>
 /// F's value there, so the kernel carries the loss (run_carrying_argmax).
 template <class F, class U>
 inline constexpr bool argmax_carrier_v = [] {
-  if constexpr (ad::is_multi<U>::value || ad::is_fused<U>::value || ad::is_product<U>::value) {
+  if constexpr (ad::is_multi<U>::value || ad::is_fused<U>::value || ad::materialises_v<U>) {
     return false;
   } else {
     return U::domain_type::rank == 1 && argmax_map<F, typename U::map_type>::value &&
@@ -1224,7 +1224,7 @@ inline constexpr bool carries_loss_v = [] {
       return true;
     } else if constexpr (ad::is_multi<U>::value) {
       return detail::multi_carries<F, U>::value;
-    } else if constexpr (ad::is_fused<U>::value || ad::is_product<U>::value) {
+    } else if constexpr (ad::is_fused<U>::value || ad::materialises_v<U>) {
       return false;
     } else {
       using K = ad::kernel_traits<U>;

@@ -1,0 +1,116 @@
+#pragma once
+// Progress output and a CSV log for the training examples (not part of gradix).
+//
+// On a terminal, a bar redrawn in place at most ten times a second:
+//   epoch 3/10 [##########..........] 51%  loss 0.4213  81.2k ex/s  ETA 0:07
+// and one line per epoch. Not on a terminal (a pipe, a file, the tests), only the per-epoch
+// lines. With a CSV path, one row per epoch:
+//   epoch,examples,seconds,examples_per_s,train_loss,<metric names...>
+// which tools/plot_log.py draws.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+namespace examples {
+
+class training_log {
+ public:
+  /// epochs and steps per epoch (for the bar and the ETA); metric names for the CSV header;
+  /// csv: a path, or empty for no log.
+  training_log(int epochs, long steps_per_epoch, std::vector<std::string> metrics, std::string const& csv)
+      : epochs_(epochs), steps_(steps_per_epoch), metrics_(std::move(metrics)), tty_(isatty(fileno(stdout)) != 0) {
+    if (!csv.empty()) {
+      csv_ = std::fopen(csv.c_str(), "w");
+      if (!csv_) {
+        std::fprintf(stderr, "cannot write %s\n", csv.c_str());
+      } else {
+        std::fprintf(csv_, "epoch,examples,seconds,examples_per_s,train_loss");
+        for (auto const& m : metrics_) std::fprintf(csv_, ",%s", m.c_str());
+        std::fprintf(csv_, "\n");
+      }
+    }
+    start_ = last_draw_ = clock::now();
+  }
+  training_log(training_log const&) = delete;
+  training_log& operator=(training_log const&) = delete;
+  ~training_log() {
+    if (csv_) std::fclose(csv_);
+  }
+
+  /// After step `step` (from 0) of epoch `epoch` (from 1): the step's mean loss and the
+  /// number of examples it used.
+  void step(int epoch, long step, double loss, long examples) {
+    examples_ += examples;
+    epoch_examples_ += examples;
+    loss_sum_ += loss * double(examples);
+    if (!tty_) return;
+    auto now = clock::now();
+    if (step + 1 < steps_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    double const el = seconds(now);
+    double const done = double(epoch - 1) + double(step + 1) / double(steps_);
+    double const eta = done > 0 ? el * (double(epochs_) - done) / done : 0;
+    int const width = 20, fill = int(width * double(step + 1) / double(steps_));
+    std::printf("\repoch %d/%d [", epoch, epochs_);
+    for (int k = 0; k < width; ++k) std::putchar(k < fill ? '#' : '.');
+    std::printf("] %3d%%  loss %.4f  %s ex/s  ETA %d:%02d   ", int(100.0 * double(step + 1) / double(steps_)), loss,
+                rate(double(examples_) / (el > 0 ? el : 1e-9)).c_str(), int(eta) / 60, int(eta) % 60);
+    std::fflush(stdout);
+  }
+  /// At the end of an epoch: prints its line and writes its CSV row; values: one per metric.
+  void epoch_end(int epoch, std::vector<double> const& values) {
+    double const el = seconds(clock::now());
+    double const train = epoch_examples_ > 0 ? loss_sum_ / double(epoch_examples_) : 0;
+    if (tty_) std::printf("\r%*s\r", 100, "");
+    std::printf("epoch %d/%d  train loss %.4f", epoch, epochs_, train);
+    for (std::size_t k = 0; k < metrics_.size() && k < values.size(); ++k)
+      std::printf("  %s %.4f", metrics_[k].c_str(), values[k]);
+    std::printf("  %s ex/s  %.1f s\n", rate(double(examples_) / (el > 0 ? el : 1e-9)).c_str(), el);
+    std::fflush(stdout);
+    if (csv_) {
+      std::fprintf(csv_, "%d,%ld,%.3f,%.1f,%.6g", epoch, examples_, el, double(examples_) / (el > 0 ? el : 1e-9), train);
+      for (double v : values) std::fprintf(csv_, ",%.6g", v);
+      std::fprintf(csv_, "\n");
+      std::fflush(csv_);
+    }
+    epoch_examples_ = 0;
+    loss_sum_ = 0;
+  }
+  /// Examples per second over the whole run so far.
+  double examples_per_second() const {
+    double el = seconds(clock::now());
+    return double(examples_) / (el > 0 ? el : 1e-9);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  double seconds(clock::time_point t) const { return std::chrono::duration<double>(t - start_).count(); }
+  static std::string rate(double r) {
+    char b[32];
+    if (r >= 1e6) std::snprintf(b, sizeof b, "%.2fM", r / 1e6);
+    else if (r >= 1e3) std::snprintf(b, sizeof b, "%.1fk", r / 1e3);
+    else std::snprintf(b, sizeof b, "%.0f", r);
+    return b;
+  }
+  int epochs_;
+  long steps_;
+  std::vector<std::string> metrics_;
+  bool tty_;
+  std::FILE* csv_ = nullptr;
+  long examples_ = 0, epoch_examples_ = 0;
+  double loss_sum_ = 0;
+  clock::time_point start_, last_draw_;
+};
+
+/// "--name value" from argv, or def.
+inline std::string arg(int argc, char** argv, char const* name, std::string def) {
+  for (int a = 1; a + 1 < argc; ++a)
+    if (std::string(argv[a]) == name) return argv[a + 1];
+  return def;
+}
+
+}  // namespace examples
