@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
       using TF = gx::tensor<float, gx::shape<dyn, dyn>>;
       auto A = gx::uniform<float>(gx::dims(s.m, s.k), 1, -1.0f, 1.0f);
       auto B = gx::uniform<float>(gx::dims(s.k, s.n), 2, -1.0f, 1.0f);
-      TF Bt = gx::eval(gx::transpose(B)) ;  // (n, k) row-major: B^T's memory
+      TF Bt(gx::dims(s.n, s.k));  // (n, k) row-major: B^T's memory
+      gx::assign(Bt, gx::transpose(B));
       TF C(gx::dims(s.m, s.n)), R(gx::dims(s.m, s.n));
       for (int trans = 0; trans < 2; ++trans) {
         std::vector<double> tb, tg;

@@ -33,11 +33,17 @@
 #include "gradix/core/error.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/math.hpp"
+#include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
 #include "gradix/api/fill.hpp"
 
+#if defined(GRADIX_HAS_VECTOR_EXT) && (defined(__SSE2__) || defined(__AVX__))
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -60,18 +66,21 @@ index_t slice_count(P const& p) {
   else return p.value().shape().extent(G::axis);
 }
 
-/// Calls f(off, g) for every element of slice id of p: off is the element's offset in p's
-/// value (and in any tensor of p's shape and layout), g a pointer to its gradient, or nullptr
-/// when the slice holds none (a sparse slice not stored).
+/// Calls run(off, g, n) for runs of n elements of slice id of p that are consecutive in
+/// both p's value and its gradient, covering the slice: off is the first element's offset
+/// in p's value (and in any tensor of p's shape and layout), g a pointer to its gradient, or
+/// nullptr when the slice holds none (a sparse slice not stored). One run when the slice is
+/// contiguous (row-major with axis 0, column-major with the last axis, rank 1), else runs
+/// of one element.
 template <class P, class F>
-void slice_elements(P& p, index_t id, F&& f) {
+void slice_runs(P& p, index_t id, F&& run) {
   using G = param_storage_t<P>;
   using L = typename P::layout_type;
   constexpr std::size_t R = G::rank;
   auto& g = p.grad();
   using T = typename G::value_type;
   if constexpr (R == 0) {
-    f(index_t(0), static_cast<T const*>(g.data()));
+    run(index_t(0), static_cast<T const*>(g.data()), index_t(1));
   } else {
     constexpr std::size_t A = G::axis;
     auto const ext = p.value().shape().extents();
@@ -102,7 +111,7 @@ void slice_elements(P& p, index_t id, F&& f) {
       }
     }
     if (flat) {
-      for (index_t e = 0; e < n; ++e) f(vbase + e, gbase ? gbase + e : nullptr);
+      run(vbase, gbase, n);
       return;
     }
     coord<R> c{};
@@ -113,7 +122,7 @@ void slice_elements(P& p, index_t id, F&& f) {
           vo += c[k] * vst[k];
           go += c[k] * gst[k];
         }
-      f(vo, gbase ? gbase + go : nullptr);
+      run(vo, gbase ? gbase + go : nullptr, index_t(1));
       for (std::size_t k = R; k-- > 0;) {
         if (k == A) continue;
         if (++c[k] < ext[k]) break;
@@ -121,6 +130,13 @@ void slice_elements(P& p, index_t id, F&& f) {
       }
     }
   }
+}
+/// Calls f(off, g) for every element of slice id of p (slice_runs, one element at a time).
+template <class P, class F>
+void slice_elements(P& p, index_t id, F&& f) {
+  slice_runs(p, id, [&](index_t off, auto const* g, index_t n) {
+    for (index_t e = 0; e < n; ++e) f(off + e, g ? g + e : nullptr);
+  });
 }
 }  // namespace detail
 
@@ -179,6 +195,42 @@ template <class P, class F>
 void visit(P& p, bool all_dense, F&& f) {
   visit_slices(p, all_dense, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
 }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// sqrt of each lane (one instruction on x86; lane by lane elsewhere).
+template <class T, int W>
+GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_sqrt(simd::pack<T, W> x) {
+  constexpr std::size_t bytes = sizeof(T) * std::size_t(W);
+  auto via = [&](auto r, auto f) {
+    std::memcpy(&r, &x, bytes);
+    r = f(r);
+    simd::pack<T, W> out;
+    std::memcpy(&out, &r, bytes);
+    return out;
+  };
+#if defined(__AVX512F__)
+  // (g++ 12 flags the intrinsics' own undefined-value placeholder)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+  if constexpr (bytes == 64 && std::is_same_v<T, float>) return via(__m512{}, [](__m512 a) { return _mm512_sqrt_ps(a); });
+  if constexpr (bytes == 64 && std::is_same_v<T, double>) return via(__m512d{}, [](__m512d a) { return _mm512_sqrt_pd(a); });
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+#if defined(__AVX__)
+  if constexpr (bytes == 32 && std::is_same_v<T, float>) return via(__m256{}, [](__m256 a) { return _mm256_sqrt_ps(a); });
+  if constexpr (bytes == 32 && std::is_same_v<T, double>) return via(__m256d{}, [](__m256d a) { return _mm256_sqrt_pd(a); });
+#endif
+#if defined(__SSE2__)
+  if constexpr (bytes == 16 && std::is_same_v<T, float>) return via(__m128{}, [](__m128 a) { return _mm_sqrt_ps(a); });
+  if constexpr (bytes == 16 && std::is_same_v<T, double>) return via(__m128d{}, [](__m128d a) { return _mm_sqrt_pd(a); });
+#endif
+  for (int l = 0; l < W; ++l) x[l] = T(std::sqrt(x[l]));
+  return x;
+}
+#endif
 template <class Tuple, class F>
 void each(Tuple& t, F&& f) {
   std::apply([&](auto&... x) { (f(x), ...); }, t);
@@ -248,6 +300,25 @@ class sgd {
       first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
     }
     T* const b = buf ? buf->data() : nullptr;
+    if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
+      for_each_grad_slice(p, [&](index_t id) {
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+          if (!g) return;
+          T* const wr = w + off;
+          index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            constexpr int W = simd::width<T>;
+            auto const lv = simd::splat<T, W>(lr);
+            for (; e + W <= n; e += W)
+              simd::store<T, W>(wr + e, simd::load<T, W>(wr + e) - lv * simd::load<T, W>(g + e));
+          }
+#endif
+          for (; e < n; ++e) wr[e] -= lr * g[e];
+        });
+      });
+      return;
+    }
     auto slice = [&](index_t id) {
       bool const fresh = mu != 0 && first[std::size_t(id)];
       if (mu != 0) first[std::size_t(id)] = 0;
@@ -368,6 +439,31 @@ class adam_base {
     return {T(o_.lr), T(o_.beta1), T(o_.beta2), T(1 / c1), T(1 / std::sqrt(c2)), T(o_.eps),
             T(o_.decoupled ? 0 : o_.weight_decay), T(o_.decoupled ? 1 - o_.lr * o_.weight_decay : 1)};
   }
+  /// update() over n consecutive elements (SIMD packs of the same operations, in the same
+  /// order: the same bits).
+  template <class T>
+  static void update_run(coefs<T> const& k, T* w, T* m, T* v, T const* g, index_t n) {
+    index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      constexpr int W = simd::width<T>;
+      using X = simd::pack<T, W>;
+      X const lr = simd::splat<T, W>(k.lr), b1 = simd::splat<T, W>(k.b1), b2 = simd::splat<T, W>(k.b2),
+              c1 = simd::splat<T, W>(k.c1), c2 = simd::splat<T, W>(k.c2), eps = simd::splat<T, W>(k.eps),
+              wd = simd::splat<T, W>(k.wd), decay = simd::splat<T, W>(k.decay), one = simd::splat<T, W>(T(1));
+      for (; e + W <= n; e += W) {
+        X gg = simd::load<T, W>(g + e), ww = simd::load<T, W>(w + e);
+        gg = gg + wd * ww;
+        X const mm = b1 * simd::load<T, W>(m + e) + (one - b1) * gg;
+        X const vv = b2 * simd::load<T, W>(v + e) + (one - b2) * gg * gg;
+        simd::store<T, W>(m + e, mm);
+        simd::store<T, W>(v + e, vv);
+        simd::store<T, W>(w + e, X(decay * ww - lr * (mm * c1) / (pack_sqrt<T, W>(vv) * c2 + eps)));
+      }
+    }
+#endif
+    for (; e < n; ++e) update(k, w[e], m[e], v[e], g[e]);
+  }
   template <class T>
   static void update(coefs<T> const& k, T& w, T& m, T& v, T g) {
     g += k.wd * w;
@@ -408,8 +504,12 @@ class adam : public detail::adam_base<P...> {
     T* const v = vt.data();
     index_t const n = gradix::detail::slice_count(p);
     for (index_t id = 0; id < n; ++id)
-      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
-        base::update(k, w[off], m[off], v[off], gp ? *gp : T(0));
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+        if (g) {
+          base::update_run(k, w + off, m + off, v + off, g, len);
+        } else {  // a slice without a gradient (sparse storage): g = 0
+          for (index_t e = 0; e < len; ++e) base::update(k, w[off + e], m[off + e], v[off + e], T(0));
+        }
       });
   }
 };
@@ -460,12 +560,16 @@ class lazy_adam : public detail::adam_base<P...> {
       last[std::size_t(id)] = this->t_;
       T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
       T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
-      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
-        if (skipped > 0) {
-          m[off] *= d1;
-          v[off] *= d2;
-        }
-        base::update(k, w[off], m[off], v[off], *gp);
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+        T* const wr = w + off;
+        T* const mr = m + off;
+        T* const vr = v + off;
+        if (skipped > 0)
+          for (index_t e = 0; e < n; ++e) {
+            mr[e] *= d1;
+            vr[e] *= d2;
+          }
+        base::update_run(k, wr, mr, vr, g, n);
       });
     });
   }

@@ -158,6 +158,11 @@ TEST_CASE_TEMPLATE("matmul: batched, shared and vector operands", T, float, doub
 }
 
 TEST_CASE("matmul: static shapes, long double (gradix's own loops) and the errors") {
+#if defined(GRADIX_USE_OPENBLAS)
+  MESSAGE("products of float and double through OpenBLAS");
+#else
+  MESSAGE("products through gradix's own loops");
+#endif
   gx::tensor<double, shape<2, 3>> a{1, 2, 3, 4, 5, 6};
   gx::tensor<double, shape<3, 2>> b{1, 0, 0, 1, 1, 1};
   auto c = gx::eval(gx::matmul(a, b));
@@ -205,6 +210,12 @@ TEST_CASE("matmul: gradients against central differences and the hand formulas")
         for (index_t q = 0; q < m; ++q) s += A.value()(q, i) * G(q, j);
         CHECK(gb(i, j) == doctest::Approx(s).epsilon(1e-14));
       }
+  }
+  SUBCASE("a column-major parameter, read in place (transposed for the gemm)") {
+    auto Ac = gx::param(gx::tensor<double, shape<dyn, dyn>, gx::col_major>(gx::dims(m, k)));
+    gx::assign(Ac.value(), A.value());
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::matmul(p, B) * G); }, Ac);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::matmul(gx::transpose(p), G) * B); }, Ac);
   }
   SUBCASE("central differences: plain, transposed, expression operands, under an expression") {
     CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::matmul(p, B) * G); }, A);
