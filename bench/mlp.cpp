@@ -1,6 +1,6 @@
 // One training step of an MLP (batch 256, 784-512-512-10, relu, cross_entropy, plain SGD),
 // written the natural way: one loss expression, backward, an optimizer step. The PyTorch twin
-// is bench/mlp_torch.py (same shapes, same step); tools/bench_mlp.sh runs both, 1 thread and
+// is bench/mlp_torch.py (same shapes, same step); tools/bench_training.sh runs both, 1 thread and
 // all threads, and docs/performance.md has the table. Prints the median step time in ms.
 //
 // Usage: bench_mlp [--reps R] [--threads N] [--batch B]

@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,13 +36,6 @@ struct doc {
   std::int64_t label;
 };
 
-std::vector<std::string> split(std::string const& s, char c) {
-  std::vector<std::string> r;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, c);)
-    if (!x.empty()) r.push_back(x);
-  return r;
-}
 // lower-case words of letters (and inner apostrophes), two letters or more
 std::vector<std::string> tokens(std::string const& text) {
   std::vector<std::string> r;
@@ -81,7 +73,7 @@ std::vector<std::string> read_quotes(std::string const& path) {
 
 int main(int argc, char** argv) {
   std::string const dir = examples::arg(argc, argv, "--data", "");
-  auto const files = split(examples::arg(argc, argv, "--files", "computers,politics,science,songs-poems"), ',');
+  auto const files = examples::split(examples::arg(argc, argv, "--files", "computers,politics,science,songs-poems"), ',');
   int const epochs = std::stoi(examples::arg(argc, argv, "--epochs", "12"));
   index_t const dim = std::stol(examples::arg(argc, argv, "--dim", "64"));
   index_t const B = std::stol(examples::arg(argc, argv, "--batch", "32"));

@@ -106,6 +106,22 @@ class training_log {
   clock::time_point start_, last_draw_;
 };
 
+/// The non-empty pieces of s between separators c.
+inline std::vector<std::string> split(std::string const& s, char c) {
+  std::vector<std::string> r;
+  std::string x;
+  for (char ch : s) {
+    if (ch == c) {
+      if (!x.empty()) r.push_back(x);
+      x.clear();
+    } else {
+      x += ch;
+    }
+  }
+  if (!x.empty()) r.push_back(x);
+  return r;
+}
+
 /// "--name value" from argv, or def.
 inline std::string arg(int argc, char** argv, char const* name, std::string def) {
   for (int a = 1; a + 1 < argc; ++a)

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,13 +33,6 @@ using gx::dyn;
 using gx::index_t;
 
 namespace {
-std::vector<std::string> split(std::string const& s, char c) {
-  std::vector<std::string> r;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, c);)
-    if (!x.empty()) r.push_back(x);
-  return r;
-}
 // lower-case words of letters, one sentence
 std::vector<std::string> words_of(std::string const& text) {
   std::vector<std::string> r;
@@ -106,7 +98,7 @@ int main(int argc, char** argv) {
   index_t const B = std::stol(examples::arg(argc, argv, "--batch", "512"));
   int const min_count = std::stoi(examples::arg(argc, argv, "--min-count", "5"));
   double const lr0 = std::stod(examples::arg(argc, argv, "--lr", "0.05"));
-  auto const queries = split(examples::arg(argc, argv, "--words", "king,water,music,red,doctor,dog,run"), ',');
+  auto const queries = examples::split(examples::arg(argc, argv, "--words", "king,water,music,red,doctor,dog,run"), ',');
   std::string const log = examples::arg(argc, argv, "--log", "");
   if (int t = std::stoi(examples::arg(argc, argv, "--threads", "0")); t > 0) gx::set_num_threads(t);
   if (wordnet.empty() == text.empty()) {

@@ -123,15 +123,34 @@ template <class L, class R>
 struct is_matmul_node<matmul_node<L, R>> : std::true_type {};
 
 namespace detail {
+/// Instantiated with both shapes so that the compiler prints them.
+template <class SA, class SB>
+struct matmul_static_extents_differ {
+  static_assert(matmul_shape<SA, SB>::inner_ok,
+                "gradix::matmul: the static inner extents differ (the last axis of the left "
+                "operand, the second-to-last of the right one); the shapes are named in "
+                "matmul_static_extents_differ<left shape, right shape>");
+  static_assert(matmul_shape<SA, SB>::batch_ok,
+                "gradix::matmul: the static batch extents (axis 0) differ; the shapes are named "
+                "in matmul_static_extents_differ<left shape, right shape>");
+  static constexpr bool value = matmul_shape<SA, SB>::inner_ok && matmul_shape<SA, SB>::batch_ok;
+};
+template <class A, class B>
+constexpr auto make_matmul_checked(A const& a, B const& b);
 template <class A, class B>
 constexpr auto make_matmul(A const& a, B const& b) {
   using SA = shape_of_t<A>;
   using SB = shape_of_t<B>;
-  using MS = matmul_shape<SA, SB>;
-  static_assert(MS::inner_ok,
-                "gradix::matmul: the inner extents differ (the last axis of the left operand "
-                "and the second-to-last of the right one)");
-  static_assert(MS::batch_ok, "gradix::matmul: the batch extents (axis 0) differ");
+  if constexpr (!matmul_static_extents_differ<SA, SB>::value) {
+    return a;  // the static_assert above has fired: stop here
+  } else {
+    return make_matmul_checked(a, b);
+  }
+}
+template <class A, class B>
+constexpr auto make_matmul_checked(A const& a, B const& b) {
+  using SA = shape_of_t<A>;
+  using SB = shape_of_t<B>;
   constexpr std::size_t ra = SA::rank, rb = SB::rank;
   auto const sa = a.shape();
   auto const sb = b.shape();

@@ -231,7 +231,16 @@ template <class Use>
 bool runs_parallel(use_sizes<Use> const& z) {
   using K = ad::kernel_traits<Use>;
   index_t work = z.n_outer * z.n_in * (K::collapses_projected ? 1 : z.n_proj);
-  return !z.empty && pool().size() > 1 && work >= 2 * parallel_min_elements && z.n_outer >= 2;
+  if (z.empty || pool().size() < 2 || work < 2 * parallel_min_elements || z.n_outer < 2) return false;
+  if constexpr (!K::injective) {
+    // owner-computes first sorts the outer coordinates by target, serially: worth it only
+    // when each outer coordinate brings enough work (at least ~24 log2(outer) elements; a
+    // scatter of 64-wide rows is faster serial)
+    index_t per = work / z.n_outer, lg = 1;
+    while ((index_t(1) << lg) < z.n_outer) ++lg;
+    if (per < 24 * lg) return false;
+  }
+  return true;
 }
 }  // namespace detail
 

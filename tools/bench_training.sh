@@ -6,7 +6,7 @@
 # gradix and PyTorch runs. Needs a build with -Dbench=true (the default) and PyTorch for
 # the interpreter PYTHON (default python3; Debian: apt-get install python3-torch).
 #
-#   bash tools/bench_mlp.sh [BUILD_DIR]     (REPS: steps per run, default 30; RUNS: default 3)
+#   bash tools/bench_training.sh [BUILD_DIR]     (REPS: steps per run, default 30; RUNS: default 3)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
