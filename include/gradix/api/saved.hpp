@@ -560,6 +560,16 @@ constexpr saved_sizes saved_sizes_of(E const& e, bool argmax) {
   return z;
 }
 
+/// The buffers of a call of these sizes; out of memory is a gradix::error naming op, raised
+/// before anything is written.
+constexpr saved_space make_saved_space(saved_sizes const& z, char const* op) {
+  try {
+    return saved_space(z);
+  } catch (std::bad_alloc const&) {
+    fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
+  }
+}
+
 /// Calls f(e2), where e2 is the prepared expression e with the values it keeps computed
 /// into buffers of this call (e itself when it keeps none); Backward: the call runs backward
 /// kernels (kept max reductions keep their arg-max too). Out of memory for the buffers is a
@@ -570,14 +580,7 @@ constexpr decltype(auto) run_with_saved(E const& e, char const* op, F&& f) {
     return f(e);
   } else {
     saved_sizes const z = saved_sizes_of(e, Backward);
-    auto make = [&]() -> saved_space {
-      try {
-        return saved_space(z);
-      } catch (std::bad_alloc const&) {
-        fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
-      }
-    };
-    saved_space s = make();
+    saved_space s = make_saved_space(z, op);
     auto const e2 = with_saved<true>(e, s);
     return f(e2);
   }
@@ -592,14 +595,7 @@ constexpr void product_into(N const& n, value_type_t<N>* dst, char const* op) {
   count_saved<true>(n.lhs_, z);
   count_saved<true>(n.rhs_, z);
   count_product(n, z);
-  auto make = [&]() -> saved_space {
-    try {
-      return saved_space(z);
-    } catch (std::bad_alloc const&) {
-      fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
-    }
-  };
-  saved_space s = make();
+  saved_space s = make_saved_space(z, op);
   auto a = with_saved<true>(n.lhs_, s);
   auto b = with_saved<true>(n.rhs_, s);
   compute_product(matmul_node<decltype(a), decltype(b)>{a, b, n.shape_}, s, dst);
