@@ -22,6 +22,7 @@
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <type_traits>
 
@@ -74,7 +75,7 @@ struct is_detach<detach_node<A>> : std::true_type {};
 /// empty, and then the product is skipped).
 template <class N>
 constexpr bool reaches_param() {
-  if constexpr (requires { typename N::grad_type; typename N::view_type; }) {
+  if constexpr (gradix::detail::is_param_node<N>::value) {
     return std::is_floating_point_v<value_type_t<N>>;
   } else if constexpr (is_detach<N>::value) {
     return false;

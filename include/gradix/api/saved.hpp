@@ -32,6 +32,7 @@
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -200,7 +201,7 @@ constexpr bool strided_of(X const& x, T const*& p, array<index_t, R>& st) {
     } else {
       return false;
     }
-  } else if constexpr (requires { typename X::grad_type; typename X::view_type; }) {
+  } else if constexpr (is_param_node<X>::value) {
     return strided_of<T>(x.view_, p, st);
   } else if constexpr (is_saved_node<X>::value) {
     return strided_of<T>(x.buf_, p, st);
