@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install check: `meson install --destdir` from a configured and built BUILD_DIR into a
 # temporary directory, then compile tests/install/install_user.cpp with only the flags of
-# the installed pkg-config file (PKG_CONFIG_SYSROOT_DIR maps its paths into the destdir).
+# the installed pkg-config file (its include path mapped into the destdir).
 #
 #   bash tests/install/check_install.sh BUILD_DIR      (CXX picks the compiler; default c++)
 set -euo pipefail
@@ -32,13 +32,19 @@ if ! diff <(cd "$root/include/gradix" && find . -type f | sort) \
   exit 1
 fi
 
-# Only the installed .pc file is visible; its -I paths are rewritten into the destdir.
-export PKG_CONFIG_LIBDIR
-PKG_CONFIG_LIBDIR=$(dirname "$pc")
-export PKG_CONFIG_PATH=
-export PKG_CONFIG_SYSROOT_DIR=$dest
+# The installed .pc file comes first (gradix is found there only); the packages it requires
+# (openblas, when gradix was built with it) are the system's. gradix's own include path is
+# then mapped into the destdir (as PKG_CONFIG_SYSROOT_DIR would, which would map the
+# required packages' paths too).
+export PKG_CONFIG_PATH
+PKG_CONFIG_PATH=$(dirname "$pc")
+unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR
+incdir=$(pkg-config --variable=includedir gradix)
 read -r -a cflags <<<"$(pkg-config --cflags gradix)"
 read -r -a libs <<<"$(pkg-config --libs gradix)"
+for i in "${!cflags[@]}"; do
+  if [ "${cflags[$i]}" = "-I$incdir" ]; then cflags[$i]="-I$dest$incdir"; fi
+done
 case " ${cflags[*]} " in
   *" -I$dest/"*) ;;
   *)
