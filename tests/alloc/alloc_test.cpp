@@ -437,6 +437,15 @@ void run_optim(int threads) {
   auto k = window([&] { v = gx::backward(loss()); });
   escape(&v);
   expect("warm cross_entropy backward: none", k, 0);
+  {  // logits that hold a product: the let's buffers come from the workspace too
+    auto X = gx::uniform<float>(gx::dims(300, 16), 13, -1.0f, 1.0f);
+    auto W2 = gx::param(gx::uniform<float>(gx::dims(16, 10), 14, -1.0f, 1.0f));
+    auto shared = [&] { return gx::cross_entropy(gx::matmul(X, W2) + W, y); };
+    v = gx::backward(shared());  // cold
+    k = window([&] { v = gx::backward(shared()); });
+    escape(&v);
+    expect("warm cross_entropy backward of a product (a let): none", k, 0);
+  }
   k = window([&] { sgd.step(); });
   expect("sgd (momentum) step: none", k, 0);
   k = window([&] { ada.step(); });

@@ -20,6 +20,7 @@
 #include "gradix/config.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/bag.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/visit.hpp"
@@ -60,10 +61,43 @@ struct is_staged : std::false_type {};
 template <class P0, class PE, class SN>
 struct is_staged<staged_use<P0, PE, SN>> : std::true_type {};
 
-/// Plan elements that write a workspace buffer first (products and staged uses): neither a
-/// plain, fused nor multi use.
+/// The plan element of a let (expr/let.hpp) in a backward call: pb, the body's plan, whose
+/// kernels for the placeholder's reads target a let_grad G (set where it runs: the let's
+/// buffer gz_, cleared first), then pz, the operand's plan pushed from that buffer.
+template <class PB, class PZ, class G>
+struct let_use {
+  PB pb_;
+  PZ pz_;
+  G gz_;
+};
 template <class U>
-inline constexpr bool materialises_v = is_product<U>::value || is_staged<U>::value;
+struct is_let_use : std::false_type {};
+template <class PB, class PZ, class G>
+struct is_let_use<let_use<PB, PZ, G>> : std::true_type {};
+
+/// Plan elements that write a workspace buffer first (products, staged uses and lets):
+/// neither a plain, fused nor multi use.
+template <class U>
+inline constexpr bool materialises_v = is_product<U>::value || is_staged<U>::value || is_let_use<U>::value;
+
+/// Whether plan element (or plan) U holds a kernel whose target has type G (types only).
+template <class G, class U>
+struct writes_target : std::bool_constant<std::is_same_v<typename U::storage_type, G>> {};  // use, member_use
+template <class G, class... E>
+struct writes_target<G, tuple<E...>> : std::bool_constant<(writes_target<G, E>::value || ...)> {};
+template <class G, class U1, class U2>
+struct writes_target<G, fused_use<U1, U2>>
+    : std::bool_constant<writes_target<G, U1>::value || writes_target<G, U2>::value> {};
+template <class G, int I, class Top, class TMap, class V0, class... U>
+struct writes_target<G, multi_use<I, Top, TMap, V0, U...>> : std::bool_constant<(writes_target<G, U>::value || ...)> {};
+template <class G, class P0, class PA, class PB, class SN>
+struct writes_target<G, product_use<P0, PA, PB, SN>>
+    : std::bool_constant<writes_target<G, PA>::value || writes_target<G, PB>::value> {};
+template <class G, class P0, class PE, class SN>
+struct writes_target<G, staged_use<P0, PE, SN>> : writes_target<G, PE> {};
+template <class G, class PB, class PZ, class G2>
+struct writes_target<G, let_use<PB, PZ, G2>>
+    : std::bool_constant<writes_target<G, PB>::value || writes_target<G, PZ>::value> {};
 
 template <class N>
 struct is_detach : std::false_type {};
@@ -79,6 +113,10 @@ constexpr bool reaches_param() {
     return std::is_floating_point_v<value_type_t<N>>;
   } else if constexpr (is_detach<N>::value) {
     return false;
+  } else if constexpr (is_var_node<N>::value) {
+    return reaches_param<typename N::operand_type>();  // the operand it stands for
+  } else if constexpr (is_let_node<N>::value) {
+    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
   } else if constexpr (is_saved_node<N>::value) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>();
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {

@@ -26,6 +26,7 @@
 #include "gradix/core/tuple.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
@@ -337,6 +338,12 @@ template <class A, class B, class D, class V, class M>
 constexpr auto push(matmul_node<A, B> const& n, D const& dom, V const& v, M const& m);
 template <class A, class I, class D, class V, class M>
 constexpr auto push(segment_sum_node<A, I> const& n, D const& dom, V const& v, M const& m);
+template <class Z, class Z2, class B, class D, class V, class M>
+constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m);
+template <class Z, class D, class V, class M>
+constexpr auto push(var_node<Z> const& n, D const& dom, V const& v, M const& m);
+template <class Z, class B, class D, class V, class M>
+constexpr auto push(let_node<Z, B> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
 template <class T, class P, class S, class D, class V, class M>
@@ -600,6 +607,45 @@ constexpr auto push(segment_sum_node<A, I> const&, D const&, V const&, M const&)
   static_assert(sizeof(A) == 0,
                 "gradix internal: a segment sum is planned only through the API's save transform "
                 "(gx::backward_plan_t), which keeps it");
+  return tuple<>{};
+}
+// Lets (expr/let.hpp): the body's plan, in which every read of the placeholder adds its
+// adjoint into the let's buffer (a let_grad target, set where the plan element runs); then
+// the operand's plan, pushed once from that buffer.
+template <class Z, class D, class V, class M>
+constexpr auto push(var_node<Z> const&, D const& dom, V const& v, M const& m) {
+  if constexpr (!detail::differentiable_v<Z> || !reaches_param_v<Z>) {
+    return tuple<>{};
+  } else {
+    using G = let_grad<value_type_t<Z>, shape_of_t<Z>, Z>;
+    auto w = settle(v, dom);
+    return make_tuple(use<D, decltype(w), M, G>{dom, w, m, nullptr});
+  }
+}
+template <class Z, class Z2, class B, class D, class V, class M>
+constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m) {
+  if constexpr (is_pending<V>::value) {
+    return push(n, dom, settle(v, dom), m);  // a region above ends here
+  } else {
+    using T = value_type_t<Z>;
+    using S = shape_of_t<Z>;
+    using G = let_grad<T, S, Z>;
+    auto pb = push(n.arg_, dom, v, m);
+    if constexpr (!writes_target<G, decltype(pb)>::value) {
+      return pb;  // no gradient reaches the placeholder
+    } else {
+      auto const& z = n.z_;
+      tensor_view<T const, S, row_major, host_space> gv(n.gz_, z.shape());
+      auto pz = push(z, z.shape(), gv, identity_map<S::rank>());
+      return make_tuple(let_use<decltype(pb), decltype(pz), G>{pb, pz, G(n.gz_, z.shape())});
+    }
+  }
+}
+template <class Z, class B, class D, class V, class M>
+constexpr auto push(let_node<Z, B> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(Z) == 0,
+                "gradix internal: a let is planned only through the API's save transform "
+                "(gx::backward_plan_t), which binds its placeholder to a buffer");
   return tuple<>{};
 }
 template <class A, class B, class D, class V, class M>

@@ -12,7 +12,11 @@
 ///   - a matrix product (expr/matmul.hpp): computed by a gemm, never in the loops around it;
 ///   - a segment sum (expr/bag.hpp: embedding_bag), whose backward reads each bag's adjoint
 ///     once per row of the bag;
-///   - marked by the user with `gx::saved(e)`.
+///   - marked by the user with `gx::saved(e)`;
+///   - the operand of a let (expr/let.hpp: the shared operand of softmax and cross_entropy)
+///     that keeps a value itself (a product, a reduction, ...): computed once, its buffer
+///     read by every placeholder of the body. (A let over a cheaper operand is no let: the
+///     body reads the operand itself, see ad::let below.)
 /// Everything else (elementwise, index and view nodes) is recomputed where it is read: it
 /// costs a few operations per element and is read once per element of its consumer.
 /// `ad::buffer_count_v<E>` is the number of buffers a call on E keeps; api/saved.hpp builds
@@ -20,6 +24,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/expr/bag.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -70,6 +75,14 @@ constexpr std::size_t buffer_count_of() {
   std::size_t n = keeps_value_v<N, Under> ? 1 : 0;
   if constexpr (is_saved_node<N>::value) {
     return 0;  // already kept (a transformed expression)
+  } else if constexpr (is_let_node<N>::value) {
+    // the operand (its own kept values, and its value: in its root's buffer when the root is
+    // kept, else in one of the let's), and the body's
+    using Z = std::remove_cvref_t<decltype(std::declval<N const&>().z_)>;
+    using B = std::remove_cvref_t<decltype(std::declval<N const&>().body_)>;
+    return (keeps_value_v<Z, true> ? 0 : 1) + buffer_count<Z, true>::value + buffer_count<B, Under>::value;
+  } else if constexpr (is_bound_let_node<N>::value) {
+    return buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, Under>::value;
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
     return n + buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, U>::value +
            buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, U>::value;
@@ -87,5 +100,21 @@ struct buffer_count : std::integral_constant<std::size_t, detail::buffer_count_o
 /// Number of values a call (eval, value, backward, grad) on expression E keeps in buffers.
 template <class E>
 inline constexpr std::size_t buffer_count_v = buffer_count<std::remove_cvref_t<E>, true>::value;
+
+/// f(z) with z's value shared: when z keeps a value of its own (buffer_count<Z, false>: a
+/// product, a reduction, a segment sum, anywhere in it, its root included), a let_node whose
+/// body is f(placeholder): every call computes z once into a buffer, the body reads that
+/// buffer, and its backward pushes the summed adjoint of all the reads into z once. An
+/// operand that keeps nothing (views, parameters, elementwise and index nodes over them)
+/// costs a few operations per read: f(z) itself, which recomputes it where it is read.
+template <class Z, class F>
+constexpr auto let(Z const& z, F&& f) {
+  if constexpr (buffer_count<Z, false>::value == 0) {
+    return f(z);
+  } else {
+    auto body = f(var_node<Z>{z.shape()});
+    return let_node<Z, decltype(body)>{z, body};
+  }
+}
 
 }  // namespace gradix::ad

@@ -30,7 +30,8 @@ namespace gradix {
 namespace detail {
 /// Calls f on each plain use of a plan element that writes a parameter's gradient (both
 /// parts of a fused pair, every member of a multi_use, the uses of a product's operand
-/// plans; not the kernel that writes a product's adjoint into the call's workspace).
+/// plans and of a let's plans; not the kernels that write a product's or a let's adjoint
+/// into the call's workspace).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
   if constexpr (ad::is_product<std::remove_cv_t<U>>::value) {
@@ -38,6 +39,13 @@ constexpr void for_each_use(U& u, F&& f) {
     for_each_element(u.pb_, [&](auto& e) { for_each_use(e, f); });
   } else if constexpr (ad::is_staged<std::remove_cv_t<U>>::value) {
     for_each_element(u.pe_, [&](auto& e) { for_each_use(e, f); });
+  } else if constexpr (ad::is_let_use<std::remove_cv_t<U>>::value) {
+    // not the body's kernels for the placeholder: they write the let's buffer
+    auto g = [&](auto& x) {
+      if constexpr (!is_let_grad<typename std::remove_cvref_t<decltype(x)>::storage_type>::value) f(x);
+    };
+    for_each_element(u.pb_, [&](auto& e) { for_each_use(e, g); });
+    for_each_element(u.pz_, [&](auto& e) { for_each_use(e, g); });
   } else if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
     f(u.first_);
     f(u.second_);
@@ -57,6 +65,8 @@ template <class P0, class PA, class PB, class SN>
 inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_uses<PA>::value + plan_uses<PB>::value;
 template <class P0, class PE, class SN>
 inline constexpr std::size_t uses_in_v<ad::staged_use<P0, PE, SN>> = plan_uses<PE>::value;
+template <class PB, class PZ, class G>
+inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, G>> = plan_uses<PB>::value + plan_uses<PZ>::value;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
 template <int I, class Top, class M, class V0, class... U>

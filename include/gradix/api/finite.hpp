@@ -278,6 +278,7 @@ bool locate_nonfinite(N const& n, std::string& msg);
 template <class N>
 [[gnu::cold]] bool locate_in_operands(N const& n, std::string& msg) {
   if constexpr (requires { n.lhs_; n.rhs_; }) return locate_nonfinite(n.lhs_, msg) || locate_nonfinite(n.rhs_, msg);
+  else if constexpr (is_let_node<N>::value) return locate_nonfinite(n.z_, msg);  // (the body reads placeholders)
   else if constexpr (requires { n.arg_; }) return locate_nonfinite(n.arg_, msg);
   else return false;
 }
@@ -290,7 +291,8 @@ template <class N>
     r = scan_view(n.view_);
   } else if constexpr (is_view_v<N>) {
     r = scan_view(n);
-  } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>> && !rearranges<N>::value) {
+  } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>> && !rearranges<N>::value &&
+                       !is_let_node<N>::value) {  // (a let's value needs the save transform)
 #if defined(GRADIX_CHECK_FINITE_NODES)
     r = first_nonfinite(n);
 #endif

@@ -21,13 +21,16 @@
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/eval/bag.hpp"
+#include "gradix/eval/let.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/saved.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
@@ -309,6 +312,21 @@ constexpr auto keep_product(N const& n, saved_space& s) {
 
 template <bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
+  if constexpr (is_let_node<N>::value) {
+    // the operand's kept values, its value (unless its root keeps it), in a backward call
+    // its adjoint, then the body's
+    using Z = std::remove_cvref_t<decltype(n.z_)>;
+    using T = value_type_t<Z>;
+    count_saved<true>(n.z_, z);
+    if constexpr (!ad::keeps_value_v<Z, true>) z.template add<T>(std::size_t(n.z_.shape().size()));
+    if constexpr (ad::reaches_param_v<Z>)
+      if (z.argmax) z.template add<T>(std::size_t(n.z_.shape().size()));
+    count_saved<Under>(n.body_, z);
+    return;
+  } else if constexpr (is_bound_let_node<N>::value) {
+    count_saved<Under>(n.arg_, z);
+    return;
+  }
   if constexpr (ad::keeps_value_v<N, Under>) {
     z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
     // the node kept: N, or the operand of a save mark (a gx::saved(max<...>(x)) keeps the
@@ -466,87 +484,55 @@ constexpr auto keep_value_assigned(N const& n, saved_space& s) {
 template <bool Under, class N>
 constexpr auto with_saved(N const& n, saved_space& s);
 
-// Each node kind rebuilt over its transformed operands (U: whether they sit under it as
-// under a reduction or a save mark).
-template <bool U, class Op, class A>
-constexpr auto rebuild(unary_node<Op, A> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return unary_node<Op, decltype(a)>{a};
-}
-template <bool U, class Op, class L, class R>
-constexpr auto rebuild(binary_node<Op, L, R> const& n, saved_space& s) {
-  auto l = with_saved<U>(n.lhs_, s);
-  auto r = with_saved<U>(n.rhs_, s);
-  return binary_node<Op, decltype(l), decltype(r)>{l, r, n.shape_};
-}
-template <bool U, class Op, class A, axis_mask M, bool K>
-constexpr auto rebuild(reduce_node<Op, A, M, K> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return reduce_node<Op, decltype(a), M, K>{a, n.shape_};
-}
-template <bool U, class A, class P, std::size_t Axis>
-constexpr auto rebuild(take_along_node<A, P, Axis> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return take_along_node<decltype(a), P, Axis>{a, n.pos_, n.shape_};
-}
-template <bool U, class A, std::size_t Axis>
-constexpr auto rebuild(argmax_node<A, Axis> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return argmax_node<decltype(a), Axis>{a, n.shape_};
-}
-template <bool U, class A, std::size_t Axis, class Idx>
-constexpr auto rebuild(index_node<A, Axis, Idx> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return index_node<decltype(a), Axis, Idx>{a, n.idx_, n.shape_};
-}
-template <bool U, class A, std::size_t... P>
-constexpr auto rebuild(permute_node<A, P...> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return permute_node<decltype(a), P...>{a, n.shape_};
-}
-template <bool U, class A, std::size_t Axis>
-constexpr auto rebuild(unsqueeze_node<A, Axis> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return unsqueeze_node<decltype(a), Axis>{a, n.shape_};
-}
-template <bool U, class A, class S>
-constexpr auto rebuild(broadcast_node<A, S> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return broadcast_node<decltype(a), S>{a, n.shape_};
-}
-template <bool U, class A, class S>
-constexpr auto rebuild(reshape_node<A, S> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return reshape_node<decltype(a), S>{a, n.shape_};
-}
-template <bool U, class A>
-constexpr auto rebuild(detach_node<A> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return detach_node<decltype(a)>{a};
-}
-template <bool U, class A, class I>
-constexpr auto rebuild(segment_sum_node<A, I> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.arg_, s);
-  return segment_sum_node<decltype(a), I>{a, n.idx_, n.shape_, n.mean_};
-}
-template <bool U, class A, class B>
-constexpr auto rebuild(matmul_node<A, B> const& n, saved_space& s) {
-  auto a = with_saved<U>(n.lhs_, s);
-  auto b = with_saved<U>(n.rhs_, s);
-  return matmul_node<decltype(a), decltype(b)>{a, b, n.shape_};
-}
-template <bool U, class A>
-constexpr auto rebuild(save_node<A> const& n, saved_space& s) {
-  return with_saved<U>(n.arg_, s);  // the mark itself becomes the saved_node around it
+/// The save transform as rebuild's f.
+struct saving {
+  static constexpr bool drops_marks = true;  // a save mark becomes its saved_node
+  saved_space& s;
+  template <bool U, class C>
+  constexpr auto apply(C const& c) const {
+    return with_saved<U>(c, s);
+  }
+};
+
+/// A let transformed: its operand with its own kept values, its value in a buffer (its
+/// root's, when the root keeps one, else one of the call's), the body bound to that buffer
+/// and transformed, and in a backward call the buffer of the operand's adjoint.
+template <bool Under, class Z, class B>
+constexpr auto keep_let(let_node<Z, B> const& n, saved_space& s) {
+  using T = value_type_t<Z>;
+  using S = shape_of_t<Z>;
+  auto z2 = with_saved<true>(n.z_, s);
+  using Z2 = decltype(z2);
+  var_node<Z> const v{n.z_.shape()};
+  auto rep = [&] {
+    if constexpr (is_saved_node<Z2>::value) {
+      using R = saved_node<var_node<Z>, typename Z2::layout_type>;
+      return R{v, typename R::buffer_type(z2.buf_)};
+    } else {
+      using L = saved_layout_t<Z>;
+      using R = saved_node<var_node<Z>, L>;
+      using Sp = std::conditional_t<std::is_void_v<space_of_t<Z>>, host_space, space_of_t<Z>>;
+      tensor_view<T, S, L, Sp> buf(s.template take<T>(std::size_t(n.z_.shape().size())), n.z_.shape());
+      host::assign(buf, z2);
+      return R{v, typename R::buffer_type(buf)};
+    }
+  }();
+  auto b2 = with_saved<Under>(bind_var<Z>(n.body_, rep), s);
+  T* gz = nullptr;
+  if constexpr (ad::reaches_param_v<Z>)
+    if (s.argmax()) gz = s.template take<T>(std::size_t(n.z_.shape().size()));
+  return bound_let_node<Z, Z2, decltype(b2)>{z2, b2, gz};
 }
 
 /// n with every value the rule keeps replaced by a saved_node over a filled buffer.
 template <bool Under, class N>
 constexpr auto with_saved(N const& n, saved_space& s) {
-  if constexpr (ad::buffer_count<N, Under>::value == 0) {
+  if constexpr (is_let_node<N>::value) {
+    return keep_let<Under>(n, s);
+  } else if constexpr (ad::buffer_count<N, Under>::value == 0) {
     return n;  // nothing kept below: the node as it is (leaves, saved nodes, plain subtrees)
   } else {
-    auto r = rebuild<ad::operands_under_v<N>>(n, s);
+    auto r = rebuild<ad::operands_under_v<N>>(n, saving{s});
     if constexpr (ad::keeps_value_v<N, Under>) return keep_value(r, s);
     else return r;
   }

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// logsumexp, softmax, log_softmax and cross_entropy, written as expressions of gradix's
-/// own nodes (no new node kind), in the numerically stable form:
+/// own nodes, in the numerically stable form:
 ///
 ///   m = max over the axis (of the detached operand: the function does not depend on it),
 ///   s = sum(exp(x - m)),  logsumexp = log(s) + m,
@@ -13,7 +13,14 @@
 /// and the backward of logsumexp is exactly softmax times the adjoint, from the same kept
 /// row statistics. exp(x - m) <= 1 never overflows: logits of 1e4 are fine, and nothing is
 /// computed as x - logsumexp, which would lose |logsumexp| x epsilon.
+///
+/// x is read through ad::let (docs/ad.md, "Shared sub-expressions"): an operand that holds a
+/// matrix product, a reduction or a bag is computed once into a buffer that the three reads
+/// share, and its gradient is pushed into it once, from the summed adjoint of the reads. An
+/// operand that keeps nothing (a parameter, a view, elementwise nodes over them) is read
+/// where it is used, as before: nothing of its size is kept.
 
+#include "gradix/ad/save.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/expr/elementwise.hpp"
@@ -60,27 +67,29 @@ constexpr auto logsumexp(X&& x) {
   constexpr std::size_t R = shape_of_t<decltype(a)>::rank;
   static_assert(R > 0, "gradix::logsumexp: the operand has no axis");
   constexpr int Ax = int(normalize_axis_v<Axis, R>);
-  return select<Ax>(detail::logsumexp_keep<Ax>(a), 0);
+  return ad::let(a, [](auto const& v) { return select<Ax>(detail::logsumexp_keep<Ax>(v), 0); });
 }
 template <int Axis, operand X>
 constexpr auto logsumexp(X&& x, keep_dims_t) {
-  return detail::logsumexp_keep<Axis>(detail::as_node(static_cast<X&&>(x)));
+  return ad::let(detail::as_node(static_cast<X&&>(x)), [](auto const& v) { return detail::logsumexp_keep<Axis>(v); });
 }
 
 /// exp(x) / sum(exp(x)) over one axis, computed as exp(x - m) / sum(exp(x - m)) (m the max:
 /// exp(x - logsumexp) would lose |logsumexp| x epsilon to the rounding of logsumexp).
 template <int Axis, operand X>
 constexpr auto softmax(X&& x) {
-  auto a = detail::as_node(static_cast<X&&>(x));
-  return exp(a - detail::softmax_shift<Axis>(a)) / detail::softmax_sum<Axis>(a);
+  return ad::let(detail::as_node(static_cast<X&&>(x)), [](auto const& v) {
+    return exp(v - detail::softmax_shift<Axis>(v)) / detail::softmax_sum<Axis>(v);
+  });
 }
 
 /// x - logsumexp(x) over one axis, computed as (x - m) - log(sum(exp(x - m))): the log of
 /// softmax without its rounding near 0, and exact where x is the max.
 template <int Axis, operand X>
 constexpr auto log_softmax(X&& x) {
-  auto a = detail::as_node(static_cast<X&&>(x));
-  return (a - detail::softmax_shift<Axis>(a)) - log(detail::softmax_sum<Axis>(a));
+  return ad::let(detail::as_node(static_cast<X&&>(x)), [](auto const& v) {
+    return (v - detail::softmax_shift<Axis>(v)) - log(detail::softmax_sum<Axis>(v));
+  });
 }
 
 namespace detail {
@@ -111,7 +120,8 @@ constexpr auto cross_entropy(L&& logits, Y&& targets) {
   auto y = detail::as_node(static_cast<Y&&>(targets));
   detail::check_cross_entropy(z, y);
   if (z.shape().extent(0) == 0) detail::fail("gradix::cross_entropy: an empty batch has no mean");
-  return mean(detail::cross_entropy_rows(z, unsqueeze<1>(y)));
+  auto y1 = unsqueeze<1>(y);
+  return mean(ad::let(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); }));
 }
 
 /// Cross-entropy with per-class weights w (a vector of C), as PyTorch defines it: the sum
@@ -128,7 +138,7 @@ constexpr auto cross_entropy(L&& logits, Y&& targets, W&& weights) {
                  z.shape().extent(1), " classes");
   auto y1 = unsqueeze<1>(y);
   auto wt = detach(take_along<0>(unsqueeze<1>(w), y1));  // (B, 1): w[t_i]
-  return sum(wt * detail::cross_entropy_rows(z, y1)) / sum(wt);
+  return sum(wt * ad::let(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); })) / sum(wt);
 }
 
 }  // namespace gradix

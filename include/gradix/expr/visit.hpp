@@ -8,6 +8,7 @@
 #include "gradix/core/view.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/param.hpp"
@@ -46,6 +47,11 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
   using D = std::remove_const_t<N>;
   if constexpr (is_view_v<D> || is_param_node<D>::value) {
     f(n, in_place);
+  } else if constexpr (is_let_node<D>::value) {  // the operand, and the body's other leaves
+    for_each_leaf(n.z_, f, false);
+    for_each_leaf(n.body_, f, false);
+  } else if constexpr (is_var_node<D>::value) {
+    // the let's operand: visited there
   } else if constexpr (is_matmul_node<D>::value) {  // every element reads whole rows and columns
     for_each_leaf(n.lhs_, f, false);
     for_each_leaf(n.rhs_, f, false);

@@ -32,6 +32,14 @@ template <class P0, class PE, class SN>
 void run(ad::staged_use<P0, PE, SN> const& u);
 template <class P0, class PE, class SN>
 constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u);
+template <class PB, class PZ, class G>
+constexpr void prepare(ad::let_use<PB, PZ, G> const& u);
+template <class PB, class PZ, class G>
+std::size_t scratch_bytes(ad::let_use<PB, PZ, G> const& u);
+template <class PB, class PZ, class G>
+void run(ad::let_use<PB, PZ, G> const& u);
+template <class PB, class PZ, class G>
+constexpr void run_serial(ad::let_use<PB, PZ, G> const& u);
 
 namespace detail {
 /// Calls f(p0) with p0 a copy of u's first kernel whose target is the node's adjoint
@@ -146,6 +154,88 @@ void run(ad::staged_use<P0, PE, SN> const& u) {
 template <class P0, class PE, class SN>
 constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u) {
   detail::run_staged<true>(u);
+}
+
+// Lets: the body's kernels for the placeholder's reads get the let's buffer as their
+// target, on a copy of the body's plan (the plan itself keeps them without one).
+
+namespace detail {
+template <class E>
+struct is_plan : std::false_type {};
+template <class... E>
+struct is_plan<tuple<E...>> : std::true_type {};
+/// Calls f(k) for every kernel k (use, member of a multi use) in plan element or plan e,
+/// through fused pairs and the operand plans of products, staged uses and lets.
+template <class E, class F>
+constexpr void for_each_kernel(E& e, F&& f) {
+  using U = std::remove_cv_t<E>;
+  if constexpr (is_plan<U>::value) {
+    for_each_element(e, [&](auto& x) { for_each_kernel(x, f); });
+  } else if constexpr (ad::is_product<U>::value) {
+    for_each_kernel(e.pa_, f);
+    for_each_kernel(e.pb_, f);
+  } else if constexpr (ad::is_staged<U>::value) {
+    for_each_kernel(e.pe_, f);
+  } else if constexpr (ad::is_let_use<U>::value) {
+    for_each_kernel(e.pb_, f);
+    for_each_kernel(e.pz_, f);
+  } else if constexpr (ad::is_fused<U>::value) {
+    f(e.first_);
+    f(e.second_);
+  } else if constexpr (ad::is_multi<U>::value) {
+    for_each_element(e.uses_, f);
+  } else {
+    f(e);
+  }
+}
+/// A copy of u's body plan whose kernels for the placeholder target g.
+template <class PB, class PZ, class G>
+constexpr PB bound_body(ad::let_use<PB, PZ, G> const& u, G* g) {
+  PB pb = u.pb_;
+  for_each_kernel(pb, [&](auto& k) {
+    if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(k)>::storage_type, G>) k.target_ = g;
+  });
+  return pb;
+}
+template <bool Serial, class PB, class PZ, class G>
+constexpr void run_let(ad::let_use<PB, PZ, G> const& u) {
+  G g = u.gz_;
+  clear<Serial>(g.data(), g.shape().size());  // the operand's adjoint: cleared, then added into
+  PB const pb = bound_body(u, &g);
+  auto run_all = [](auto const& plan) {
+    for_each_element(plan, [](auto const& e) {
+      if constexpr (Serial) run_serial(e);
+      else run(e);
+    });
+  };
+  run_all(pb);
+  run_all(u.pz_);
+}
+}  // namespace detail
+
+template <class PB, class PZ, class G>
+constexpr void prepare(ad::let_use<PB, PZ, G> const& u) {
+  // (the placeholder's kernels write the let's buffer: nothing to reserve or mark; they have
+  // no target here, and prepare skips them)
+  for_each_element(u.pb_, [](auto const& e) { prepare(e); });
+  for_each_element(u.pz_, [](auto const& e) { prepare(e); });
+}
+template <class PB, class PZ, class G>
+std::size_t scratch_bytes(ad::let_use<PB, PZ, G> const& u) {
+  G g = u.gz_;
+  PB const pb = detail::bound_body(u, &g);
+  std::size_t r = 0;
+  for_each_element(pb, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  for_each_element(u.pz_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  return r;
+}
+template <class PB, class PZ, class G>
+void run(ad::let_use<PB, PZ, G> const& u) {
+  detail::run_let<false>(u);
+}
+template <class PB, class PZ, class G>
+constexpr void run_serial(ad::let_use<PB, PZ, G> const& u) {
+  detail::run_let<true>(u);
 }
 
 template <class P0, class PA, class PB, class SN>

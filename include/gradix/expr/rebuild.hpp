@@ -1,0 +1,158 @@
+#pragma once
+/// \file
+/// Rebuilding an expression over transformed operands, one node kind at a time: the save
+/// transform (api/saved.hpp) rebuilds a node over its operands with their kept values in
+/// buffers, and a let (expr/let.hpp) binds its placeholder by rebuilding its body with the
+/// placeholder replaced (by the operand's buffer in a call; by the operand itself in the raw
+/// evaluator of eval/let.hpp).
+
+#include "gradix/config.hpp"
+#include "gradix/expr/bag.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
+#include "gradix/expr/matmul.hpp"
+#include "gradix/expr/param.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/expr/saved.hpp"
+#include "gradix/expr/take.hpp"
+#include "gradix/expr/view.hpp"
+
+#include <type_traits>
+
+namespace gradix::detail {
+
+// Each node kind rebuilt over its transformed operands: f.apply<U>(operand) (U: whether they
+// sit under it as under a reduction or a save mark). f is the save transform (saving) or the
+// binding of a let's placeholder (binding).
+template <bool U, class F, class Op, class A>
+constexpr auto rebuild(unary_node<Op, A> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return unary_node<Op, decltype(a)>{a};
+}
+template <bool U, class F, class Op, class L, class R>
+constexpr auto rebuild(binary_node<Op, L, R> const& n, F const& f) {
+  auto l = f.template apply<U>(n.lhs_);
+  auto r = f.template apply<U>(n.rhs_);
+  return binary_node<Op, decltype(l), decltype(r)>{l, r, n.shape_};
+}
+template <bool U, class F, class Op, class A, axis_mask M, bool K>
+constexpr auto rebuild(reduce_node<Op, A, M, K> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return reduce_node<Op, decltype(a), M, K>{a, n.shape_};
+}
+template <bool U, class F, class A, class P, std::size_t Axis>
+constexpr auto rebuild(take_along_node<A, P, Axis> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return take_along_node<decltype(a), P, Axis>{a, n.pos_, n.shape_};
+}
+template <bool U, class F, class A, std::size_t Axis>
+constexpr auto rebuild(argmax_node<A, Axis> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return argmax_node<decltype(a), Axis>{a, n.shape_};
+}
+template <bool U, class F, class A, std::size_t Axis, class Idx>
+constexpr auto rebuild(index_node<A, Axis, Idx> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return index_node<decltype(a), Axis, Idx>{a, n.idx_, n.shape_};
+}
+template <bool U, class F, class A, std::size_t... P>
+constexpr auto rebuild(permute_node<A, P...> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return permute_node<decltype(a), P...>{a, n.shape_};
+}
+template <bool U, class F, class A, std::size_t Axis>
+constexpr auto rebuild(unsqueeze_node<A, Axis> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return unsqueeze_node<decltype(a), Axis>{a, n.shape_};
+}
+template <bool U, class F, class A, class S>
+constexpr auto rebuild(broadcast_node<A, S> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return broadcast_node<decltype(a), S>{a, n.shape_};
+}
+template <bool U, class F, class A, class S>
+constexpr auto rebuild(reshape_node<A, S> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return reshape_node<decltype(a), S>{a, n.shape_};
+}
+template <bool U, class F, class A>
+constexpr auto rebuild(detach_node<A> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return detach_node<decltype(a)>{a};
+}
+template <bool U, class F, class A, class I>
+constexpr auto rebuild(segment_sum_node<A, I> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return segment_sum_node<decltype(a), I>{a, n.idx_, n.shape_, n.mean_};
+}
+template <bool U, class F, class A, class B>
+constexpr auto rebuild(matmul_node<A, B> const& n, F const& f) {
+  auto a = f.template apply<U>(n.lhs_);
+  auto b = f.template apply<U>(n.rhs_);
+  return matmul_node<decltype(a), decltype(b)>{a, b, n.shape_};
+}
+template <bool U, class F, class A>
+constexpr auto rebuild(save_node<A> const& n, F const& f) {
+  if constexpr (F::drops_marks) {
+    return f.template apply<U>(n.arg_);  // the mark itself becomes the saved_node around it
+  } else {
+    auto a = f.template apply<U>(n.arg_);
+    return save_node<decltype(a)>{a};
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Lets (expr/let.hpp): the operand computed once, the body's placeholders bound to it.
+
+/// Whether N reads the placeholder var_node<Z> (types only).
+template <class N, class Z>
+constexpr bool mentions_var() {
+  if constexpr (std::is_same_v<N, var_node<Z>>) {
+    return true;
+  } else if constexpr (is_let_node<N>::value) {
+    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>() ||
+           mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, Z>() ||
+           mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, Z>();
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, Z>();
+  } else {
+    return false;
+  }
+}
+
+template <class Z, class Rep, class N>
+constexpr auto bind_var(N const& n, Rep const& rep);
+/// The binding of var_node<Z> to rep as rebuild's f.
+template <class Z, class Rep>
+struct binding {
+  static constexpr bool drops_marks = false;
+  Rep const& rep;
+  template <bool U, class C>
+  constexpr auto apply(C const& c) const {
+    return bind_var<Z>(c, rep);
+  }
+};
+/// n with every var_node<Z> replaced by rep.
+template <class Z, class Rep, class N>
+constexpr auto bind_var(N const& n, Rep const& rep) {
+  if constexpr (std::is_same_v<N, var_node<Z>>) {
+    return rep;
+  } else if constexpr (!mentions_var<N, Z>()) {
+    return n;
+  } else if constexpr (is_let_node<N>::value) {
+    using Z1 = std::remove_cvref_t<decltype(n.z_)>;
+    static_assert(!std::is_same_v<Z1, Z>,
+                  "gradix internal: a let nested in the body of a let over an operand of the same "
+                  "type (their placeholders would have one name)");
+    auto z = bind_var<Z>(n.z_, rep);
+    auto b = bind_var<Z>(n.body_, rep);
+    return let_node<decltype(z), decltype(b)>{z, b};
+  } else {
+    return rebuild<true>(n, binding<Z, Rep>{rep});
+  }
+}
+
+}  // namespace gradix::detail
