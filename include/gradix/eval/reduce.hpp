@@ -397,10 +397,40 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   /// Combines a finished cursor's lanes by the scheme's tree.
   template <class P>
   GRADIX_ALWAYS_INLINE static value_type finish(P const* acc) {
-    lanes<Op, acc_type> l;
+    // lanes::result's tree, its levels of stride >= pack_w done on whole packs (lane i of
+    // pack q meets lane i of pack q + s / pack_w: the same combinations, the same bits),
+    // the rest on the lanes of the first pack
+    P t[pack_n];
     GRADIX_UNROLL(16)
-    for (int q = 0; q < pack_n; ++q) simd::store<acc_type, pack_w>(l.v_ + q * pack_w, acc[q]);
-    return l.result();
+    for (int q = 0; q < pack_n; ++q) t[q] = acc[q];
+    GRADIX_UNROLL(16)
+    for (int m = pack_n / 2; m >= 1; m /= 2) {
+      GRADIX_UNROLL(16)
+      for (int q = 0; q < m; ++q) t[q] = Op::combine(t[q], t[q + m]);
+    }
+    alignas(sizeof(P)) acc_type v[pack_w];
+    simd::store<acc_type, pack_w>(v, t[0]);
+    GRADIX_UNROLL(16)
+    for (int s = pack_w / 2; s >= 1; s /= 2) {
+      GRADIX_UNROLL(16)
+      for (int i = 0; i < s; ++i) v[i] = Op::combine(v[i], v[i + s]);
+    }
+    return v[0];
+  }
+  /// The reduction of one run along the inner axis from a (a[inner_axis] = 0) of length n:
+  /// block_simd's additions for a reduction over that axis alone whose count fits one block,
+  /// without the block and cursor bookkeeping (a row of a row-wise sum: a kept dot product
+  /// of two gathered rows costs its loads and adds).
+  GRADIX_ALWAYS_INLINE value_type single_run(coord<in_rank> a, index_t n) const {
+    using P = simd::pack<acc_type, pack_w>;
+    constexpr index_t L = pack_l;
+    P acc[pack_n];
+    start(acc);
+    auto const in = arg_.template outer<int(inner_axis)>(a);
+    index_t j = 0;
+    for (; j + L <= n; j += L) add_full(acc, in, j);
+    if (n - j > 0) add_tail(acc, in, j, n - j);
+    return finish(acc);
   }
   /// Block k alone (the SIMD path of block()).
   [[gnu::noinline]] value_type block_simd(coord<in_rank> a, index_t k, index_t n, index_t bsize) const {
@@ -522,6 +552,15 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   // to compile with g++ 12 -O1 -march=native (2.1 s at -O2), object 553 KB. One call per
   // reduced value costs nothing next to the reduction itself.
   [[gnu::noinline]] value_type compute_out(coord<rank> const& c) const {
+    if constexpr (inner_axis < in_rank && Mask == (axis_mask(1) << inner_axis)) {
+      // one reduced axis, the contiguous one: a run that fits one block needs no blocks
+      index_t const n = ext_[inner_axis];
+      if (n > 0 && n <= min_block) {
+        value_type r = single_run(base(c), n);
+        if constexpr (std::is_same_v<Op, op::mean_of>) r = r / value_type(n);
+        return r;
+      }
+    }
     return compute(c, serial_exec{});
   }
 #endif
