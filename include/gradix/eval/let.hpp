@@ -20,10 +20,10 @@ struct evaluator<bound_let_node<Z, Z2, Body2>> : evaluator<Body2> {
 
 template <class Z, class Body>
 struct evaluator<let_node<Z, Body>>
-    : evaluator<decltype(detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))> {
-  using base = evaluator<decltype(detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))>;
+    : evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))> {
+  using base = evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))>;
   // (evaluators hold values, not pointers into their node: the inlined body may go)
-  constexpr explicit evaluator(let_node<Z, Body> const& n) : base(detail::bind_var<Z>(n.body_, n.z_)) {}
+  constexpr explicit evaluator(let_node<Z, Body> const& n) : base(::gradix::detail::bind_var<Z>(n.body_, n.z_)) {}
 };
 template <class Z>
 struct evaluator<var_node<Z>> {
