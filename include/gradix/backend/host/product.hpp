@@ -82,6 +82,33 @@ std::size_t scratch_bytes(ad::product_use<P0, PA, PB, SN> const& u) {
 }
 
 namespace detail {
+/// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
+/// view, at the identity) into a dense row-major gradient of the same shape: the operand is
+/// a parameter itself, and its product can accumulate into that gradient directly.
+template <class P>
+struct direct_gradient : std::false_type {};
+template <class D, class T, class S, class M, class G>
+struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, host_space>, M, G>>>
+    : std::bool_constant<std::is_same_v<M, decltype(ad::identity_map<S::rank>())> && !G::sparse &&
+                         (S::rank < 2 || std::is_same_v<G, dense_grad_storage<T, typename G::shape_type, row_major, G::axis>>) &&
+                         std::is_same_v<typename G::value_type, T>> {};
+/// An operand's gradient from its product: gemm(dst, accumulate) into the parameter's own
+/// gradient when the operand plan is one direct kernel (direct_gradient; nothing at all when
+/// grad() does not want it), else into the buffer buf, then the operand plan from it.
+template <bool Serial, class P, class T, class F>
+constexpr void operand_gradient(P const& plan, T* buf, F&& gemm_into) {
+  if constexpr (direct_gradient<P>::value) {
+    auto const& k = get<0>(plan);
+    if (k.target_) gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
+  } else {
+    gemm_into(buf, false);
+    for_each_element(plan, [](auto const& e) {
+      if constexpr (Serial) run_serial(e);
+      else run(e);
+    });
+  }
+}
+
 template <bool Serial, class P0, class PA, class PB, class SN>
 constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = u.node_;
@@ -99,25 +126,17 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
     else run(p0);
   });
   mat_ref<T> const g{gc, n, 1, batched ? m * n : 0};
-  auto run_all = [](auto const& plan) {
-    for_each_element(plan, [](auto const& e) {
-      if constexpr (Serial) run_serial(e);
-      else run(e);
-    });
-  };
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
     constexpr bool own = shape_of_t<A>::rank == 3;
     mat_ref<T> const bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
-    gemm(nb, m, k, n, g, bt, st.ga, k, own ? m * k : 0, false);
-    run_all(u.pa_);
+    operand_gradient<Serial>(u.pa_, st.ga, [&](T* dst, bool add) { gemm(nb, m, k, n, g, bt, dst, k, own ? m * k : 0, add); });
   }
   if constexpr (!std::is_same_v<PB, tuple<>>) {
     // d B (k x n) = op(A)^T (k x m) d C (m x n)
     constexpr bool own = shape_of_t<B>::rank == 3;
     mat_ref<T> const at{st.a.p, st.a.cs, st.a.rs, st.a.bs};
-    gemm(nb, k, n, m, at, g, st.gb, n, own ? k * n : 0, false);
-    run_all(u.pb_);
+    operand_gradient<Serial>(u.pb_, st.gb, [&](T* dst, bool add) { gemm(nb, k, n, m, at, g, dst, n, own ? k * n : 0, add); });
   }
 }
 
