@@ -9,6 +9,7 @@
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <algorithm>
 #include <cstring>
