@@ -34,26 +34,11 @@ namespace detail {
 /// into the call's workspace).
 template <class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
-  if constexpr (ad::is_product<std::remove_cv_t<U>>::value) {
-    for_each_element(u.pa_, [&](auto& e) { for_each_use(e, f); });
-    for_each_element(u.pb_, [&](auto& e) { for_each_use(e, f); });
-  } else if constexpr (ad::is_staged<std::remove_cv_t<U>>::value) {
-    for_each_element(u.pe_, [&](auto& e) { for_each_use(e, f); });
-  } else if constexpr (ad::is_let_use<std::remove_cv_t<U>>::value) {
-    // not the body's kernels for the placeholder: they write the let's buffer
-    auto g = [&](auto& x) {
-      if constexpr (!is_let_grad<typename std::remove_cvref_t<decltype(x)>::storage_type>::value) f(x);
-    };
-    for_each_element(u.pb_, [&](auto& e) { for_each_use(e, g); });
-    for_each_element(u.pz_, [&](auto& e) { for_each_use(e, g); });
-  } else if constexpr (ad::is_fused<std::remove_cv_t<U>>::value) {
-    f(u.first_);
-    f(u.second_);
-  } else if constexpr (ad::is_multi<std::remove_cv_t<U>>::value) {
-    for_each_element(u.uses_, f);
-  } else {
-    f(u);
-  }
+  // every kernel of the element (host::detail::for_each_kernel) but a let's placeholder
+  // kernels, which write the let's buffer
+  host::detail::for_each_kernel(u, [&](auto& k) {
+    if constexpr (!is_let_grad<typename std::remove_cvref_t<decltype(k)>::storage_type>::value) f(k);
+  });
 }
 
 /// Number of plain uses in a plan element, and in a plan (for_each_use's).

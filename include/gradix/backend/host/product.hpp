@@ -43,6 +43,17 @@ template <class PB, class PZ, class G>
 constexpr void run_serial(ad::let_use<PB, PZ, G> const& u);
 
 namespace detail {
+/// Runs plan element e (Serial: the serial path, as in constant evaluation), and every
+/// element of a plan.
+template <bool Serial, class E>
+constexpr void run_element(E const& e) {
+  if constexpr (Serial) run_serial(e);
+  else run(e);
+}
+template <bool Serial, class Plan>
+constexpr void run_elements(Plan const& plan) {
+  for_each_element(plan, [](auto const& e) { run_element<Serial>(e); });
+}
 /// Calls f(p0) with p0 a copy of u's first kernel whose target is the node's adjoint
 /// buffer g (a product's gc, a staged use's gout).
 template <class P0, class G, class F>
@@ -103,10 +114,7 @@ constexpr void operand_gradient(P const& plan, T* buf, F&& gemm_into) {
     if (k.target_) gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
   } else {
     gemm_into(buf, false);
-    for_each_element(plan, [](auto const& e) {
-      if constexpr (Serial) run_serial(e);
-      else run(e);
-    });
+    run_elements<Serial>(plan);
   }
 }
 
@@ -122,10 +130,7 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
   index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
   T* const gc = st.gc.data();
   clear<Serial>(gc, mm.shape().size());  // d C: cleared, then the adjoint added into it
-  with_adjoint_target(u, [](auto const& p0) {
-    if constexpr (Serial) run_serial(p0);
-    else run(p0);
-  });
+  with_adjoint_target(u, [](auto const& p0) { run_element<Serial>(p0); });
   mat_ref<T> const g{gc, n, 1, batched ? m * n : 0};
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
@@ -145,14 +150,8 @@ template <bool Serial, class P0, class PE, class SN>
 constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
   auto const& g = u.node_.extra_.gout;
   clear<Serial>(g.data(), g.shape().size());
-  with_target(u.p0_, g, [](auto const& p0) {
-    if constexpr (Serial) run_serial(p0);
-    else run(p0);
-  });
-  for_each_element(u.pe_, [](auto const& e) {
-    if constexpr (Serial) run_serial(e);
-    else run(e);
-  });
+  with_target(u.p0_, g, [](auto const& p0) { run_element<Serial>(p0); });
+  run_elements<Serial>(u.pe_);
 }
 }  // namespace detail
 
@@ -222,14 +221,8 @@ constexpr void run_let(ad::let_use<PB, PZ, G> const& u) {
   G g = u.gz_;
   clear<Serial>(g.data(), g.shape().size());  // the operand's adjoint: cleared, then added into
   PB const pb = bound_body(u, &g);
-  auto run_all = [](auto const& plan) {
-    for_each_element(plan, [](auto const& e) {
-      if constexpr (Serial) run_serial(e);
-      else run(e);
-    });
-  };
-  run_all(pb);
-  run_all(u.pz_);
+  run_elements<Serial>(pb);
+  run_elements<Serial>(u.pz_);
 }
 }  // namespace detail
 
