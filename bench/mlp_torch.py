@@ -1,15 +1,20 @@
 """The PyTorch twin of bench/mlp.cpp: one SGD step of a 784-512-512-10 relu MLP with
 cross-entropy at batch 256, median step time in ms. Usage: mlp_torch.py [--threads N] [--reps R]"""
 import argparse
+import os
 import time
-
-import torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--reps", type=int, default=30)
 p.add_argument("--batch", type=int, default=256)
 a = p.parse_args()
+# torch.set_num_threads sets only torch's own (OpenMP) threads: the OpenBLAS that Debian's
+# torch calls for matrix products starts one thread per core unless told otherwise, and
+# reads the variable when it loads, so it is set before the import.
+os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+import torch  # noqa: E402
+
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 B = a.batch

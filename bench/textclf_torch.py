@@ -3,10 +3,8 @@ cross_entropy, SparseAdam for the table and Adam for the layer (lazy Adam's spli
 synthetic bags of 10 to 50 Zipf-like word ids. Median time per step over reps.
 Usage: textclf_torch.py [--vocab V] [--dim D] [--batch B] [--classes C] [--reps R] [--threads T]"""
 import argparse
+import os
 import time
-
-import numpy as np
-import torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--vocab", type=int, default=6000)
@@ -16,6 +14,13 @@ p.add_argument("--classes", type=int, default=4)
 p.add_argument("--reps", type=int, default=300)
 p.add_argument("--threads", type=int, default=1)
 a = p.parse_args()
+# torch.set_num_threads sets only torch's own (OpenMP) threads: the OpenBLAS that Debian's
+# torch calls for matrix products starts one thread per core unless told otherwise, and
+# reads the variable when it loads, so it is set before the import.
+os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 torch.set_num_threads(a.threads)
 V, D, B, C = a.vocab, a.dim, a.batch, a.classes
 w = 1.0 / (np.arange(V) + 10.0)

@@ -2,10 +2,8 @@
 negatives each, two V x D sparse embeddings, SGD), median time per step over reps.
 Usage: w2v_torch.py [--vocab V] [--dim D] [--batch B] [--negatives K] [--reps R] [--threads T]"""
 import argparse
+import os
 import time
-
-import numpy as np
-import torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--vocab", type=int, default=18000)
@@ -15,6 +13,13 @@ p.add_argument("--negatives", type=int, default=5)
 p.add_argument("--reps", type=int, default=200)
 p.add_argument("--threads", type=int, default=1)
 a = p.parse_args()
+# torch.set_num_threads sets only torch's own (OpenMP) threads: the OpenBLAS that Debian's
+# torch calls for matrix products starts one thread per core unless told otherwise, and
+# reads the variable when it loads, so it is set before the import.
+os.environ["OPENBLAS_NUM_THREADS"] = str(a.threads)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 torch.set_num_threads(a.threads)
 V, D, B, K = a.vocab, a.dim, a.batch, a.negatives
 w = 1.0 / (np.arange(V) + 10.0)
