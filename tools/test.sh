@@ -12,7 +12,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 # shellcheck source=tools/deps.sh
 source tools/deps.sh
-gradix_need_packages meson ninja-build g++ libboost-dev doctest-dev cmake pkg-config libopenblas-dev || exit 1
+gradix_need_packages meson ninja-build g++ libboost-dev doctest-dev cmake pkg-config libopenblas-dev libboost-context-dev || exit 1
 
 build=${GRADIX_BUILD_DIR:-build}
 setup_args=()

@@ -1,0 +1,125 @@
+#pragma once
+/// \file
+/// The CUDA launcher of the launch abstraction (backend/grid/launch.hpp): kernels run as
+/// `__global__` entries in a stream, device memory comes from the stream-ordered allocator
+/// (cudaMallocAsync / cudaFreeAsync), and every CUDA error becomes a gradix::error naming
+/// the call and CUDA's message. Needs nvcc (a .cu translation unit).
+
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace gradix::cuda {
+
+/// Throws gradix::error "gradix::cuda: <what>: <CUDA's message> (<error name>)" unless e is
+/// cudaSuccess.
+inline void check(cudaError_t e, char const* what) {
+  if (e != cudaSuccess)
+    ::gradix::detail::fail("gradix::cuda: ", what, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+}
+
+/// The context a kernel sees on the device. Its members are host-device so that the host
+/// pass of nvcc accepts the kernel templates; only the device pass calls them.
+struct device_context {
+  GRADIX_HOST_DEVICE index_t block() const {
+#if defined(__CUDA_ARCH__)
+    return index_t(blockIdx.x);
+#else
+    return 0;
+#endif
+  }
+  GRADIX_HOST_DEVICE index_t thread() const {
+#if defined(__CUDA_ARCH__)
+    return index_t(threadIdx.x);
+#else
+    return 0;
+#endif
+  }
+  GRADIX_HOST_DEVICE index_t blocks() const {
+#if defined(__CUDA_ARCH__)
+    return index_t(gridDim.x);
+#else
+    return 1;
+#endif
+  }
+  GRADIX_HOST_DEVICE index_t threads() const {
+#if defined(__CUDA_ARCH__)
+    return index_t(blockDim.x);
+#else
+    return 1;
+#endif
+  }
+  GRADIX_HOST_DEVICE void sync() const {
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+#endif
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE T* shared() const {
+#if defined(__CUDA_ARCH__)
+    extern __shared__ __align__(16) unsigned char gradix_shared_memory[];
+    return reinterpret_cast<T*>(gradix_shared_memory);
+#else
+    return nullptr;
+#endif
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE void atomic_add(T* p, T v) const {
+#if defined(__CUDA_ARCH__)
+    atomicAdd(p, v);
+#else
+    *p += v;
+#endif
+  }
+};
+
+/// The entry point of every gradix kernel.
+template <class K>
+__global__ void run_kernel(K k) {
+  device_context c;
+  k(c);
+}
+
+/// Launches kernels and manages memory in one stream (default: the per-thread default
+/// stream), in stream order.
+class launcher {
+ public:
+  launcher() = default;
+  explicit launcher(cudaStream_t s) : stream_(s) {}
+
+  cudaStream_t stream() const { return stream_; }
+  index_t max_threads() const { return 1024; }
+
+  template <class K>
+  void launch(grid::launch_shape s, K const& k) {
+    run_kernel<K><<<unsigned(s.blocks), unsigned(s.threads), s.shared_bytes, stream_>>>(k);
+    check(cudaGetLastError(), "kernel launch");
+  }
+  void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, bytes ? bytes : 1, stream_), "cudaMallocAsync");
+    return p;
+  }
+  void deallocate(void* p) {
+    // (no throw: called from destructors; a failure here shows at the next checked call)
+    (void)cudaFreeAsync(p, stream_);
+  }
+  void copy_to_host(void* dst, void const* src, std::size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  void copy_to_device(void* dst, void const* src, std::size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (host to device)");
+  }
+  void fill_zero(void* p, std::size_t bytes) { check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync"); }
+  void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_ = cudaStreamPerThread;
+};
+
+}  // namespace gradix::cuda

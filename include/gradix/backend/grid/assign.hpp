@@ -1,0 +1,65 @@
+#pragma once
+/// \file
+/// Forward evaluation on a device grid: one kernel per assign, each thread evaluating the
+/// elements of a grid-stride loop over the destination with the same ev::evaluator the host
+/// loops use (eval/). Written against the launch abstraction of backend/grid/launch.hpp, so
+/// the CUDA launcher and the tests' host grid emulator run the same kernel.
+
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/expr/node.hpp"
+
+#include <type_traits>
+
+namespace gradix::grid {
+
+/// dst[c] = e(c) for every coordinate c of dst (same shape), one element per loop step.
+template <class DV, class E>
+struct assign_kernel {
+  static constexpr bool uses_barriers = false;
+  DV dst_;
+  E e_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    using DT = typename DV::value_type;
+    constexpr std::size_t R = DV::rank;
+    ev::evaluator<E> ev(e_);
+    auto const ext = dst_.shape().extents();
+    index_t const n = dst_.size();
+    for (index_t k = grid_first(c); k < n; k += grid_step(c)) {
+      coord<R> const co = grid::unravel(ext, k);
+      dst_[co] = DT(ev(co));
+    }
+  }
+};
+
+namespace detail {
+template <class E>
+inline constexpr bool device_operand = std::is_same_v<space_of_t<E>, cuda_space> || std::is_void_v<space_of_t<E>>;
+}  // namespace detail
+
+/// Evaluates e into dst on the launcher's device, in its order: one fused kernel. dst must
+/// have e's shape (checked: gradix::error naming both, nothing written). The expression's
+/// leaves and dst must be in CUDA memory (a compile error otherwise).
+template <class L, class DT, class DS, class DL, class E>
+void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, launch_options o = {}) {
+  static_assert(!std::is_const_v<DT>, "gradix::grid::assign: the destination view is read-only");
+  static_assert(detail::device_operand<E>,
+                "gradix::grid::assign: the expression reads host memory; every leaf of a device "
+                "expression must be a cuda_space view");
+  static_assert(shape_of_t<E>::rank == DS::rank,
+                "gradix::grid::assign: the destination and the expression have different ranks");
+  if (!(dst.shape() == e.shape()))
+    ::gradix::detail::fail("gradix::grid::assign: destination shape ", to_string(dst.shape()),
+                           " differs from expression shape ", to_string(e.shape()));
+  if (dst.size() == 0) return;
+  using K = assign_kernel<tensor_view<DT, DS, DL, cuda_space>, E>;
+  static_assert(std::is_trivially_copyable_v<K>, "gradix::grid::assign: a kernel must be trivially copyable");
+  l.launch(shape_for(dst.size(), o, l.max_threads()), K{dst, e});
+}
+
+}  // namespace gradix::grid

@@ -1,0 +1,101 @@
+#pragma once
+/// \file
+/// The launch abstraction that gradix's device kernels are written against. A kernel is a
+/// trivially copyable functor
+///
+///     struct K {
+///       static constexpr bool uses_barriers = ...;  // does it call c.sync()?
+///       GRADIX_KERNEL_BODY  // (below)
+///       template <class Ctx> GRADIX_HOST_DEVICE void operator()(Ctx const& c) const;
+///     };
+///
+/// run once per thread of a one-dimensional grid of blocks. The context c offers, and a kernel
+/// uses nothing else of the machine:
+///
+///     c.block()          this thread's block, in [0, c.blocks())
+///     c.thread()         this thread within its block, in [0, c.threads())
+///     c.blocks(), c.threads()
+///     c.sync()           barrier over the block's threads (every thread of the block must
+///                        reach the same barriers in the same order)
+///     c.template shared<T>()   the block's shared memory (launch_shape::shared_bytes)
+///     c.atomic_add(p, v) *p += v, atomically with respect to every other thread of the grid
+///
+/// Two launchers run such kernels: gradix::cuda::launcher (backend/cuda/launch.hpp) on a GPU,
+/// in a stream, and the host grid emulator of the tests (tests/cuda/emulator.hpp), which runs
+/// the same code block by block with one fiber per thread and honours barriers. A launcher L
+/// also owns the memory the kernels touch, so backend code is written once against:
+///
+///     l.launch(launch_shape, kernel)          enqueue (in order with everything else on l)
+///     l.allocate(bytes) / l.deallocate(p)     device memory, ordered like launches
+///     l.copy_to_host(dst, src, bytes)         waits for what was enqueued before it
+///     l.copy_to_device(dst, src, bytes), l.fill_zero(p, bytes)
+///     l.max_threads()                         the largest block the device takes
+
+#include "gradix/config.hpp"
+#include "gradix/core/shape.hpp"
+
+#include <cstddef>
+
+/// GRADIX_KERNEL_BODY: put before the `template <class Ctx> GRADIX_HOST_DEVICE void
+/// operator()(Ctx const&) const` of a device kernel. It tells nvcc not to check the execution
+/// space of that template's calls, so the same body is instantiated with the CUDA context
+/// (device code) and with a host-only context (the tests' grid emulator) in one .cu file.
+#if defined(__CUDACC__)
+#define GRADIX_KERNEL_BODY _Pragma("nv_exec_check_disable")
+#else
+#define GRADIX_KERNEL_BODY
+#endif
+
+namespace gradix::grid {
+
+/// Threads per block and blocks per grid of one launch, and the shared memory per block.
+struct launch_shape {
+  index_t blocks = 1;
+  index_t threads = 1;
+  std::size_t shared_bytes = 0;
+};
+
+/// What a backend call may choose about its launches (tests vary them to show that results
+/// do not depend on them): threads per block (0: the backend's default, 256) and an upper
+/// bound on blocks per grid (0: as many as the work needs).
+struct launch_options {
+  index_t threads = 0;
+  index_t max_blocks = 0;
+};
+
+/// The launch shape of a grid-stride loop over n items (at least one block).
+GRADIX_HOST_DEVICE constexpr launch_shape shape_for(index_t n, launch_options o, index_t max_threads,
+                                                    std::size_t shared_bytes = 0) {
+  index_t t = o.threads > 0 ? o.threads : 256;
+  if (t > max_threads) t = max_threads;
+  index_t b = (n + t - 1) / t;
+  if (b < 1) b = 1;
+  index_t cap = o.max_blocks > 0 ? o.max_blocks : index_t(65535) * 16;
+  if (b > cap) b = cap;
+  return {b, t, shared_bytes};
+}
+
+/// The first flat index and the step of a grid-stride loop.
+GRADIX_KERNEL_BODY
+template <class Ctx>
+GRADIX_HOST_DEVICE constexpr index_t grid_first(Ctx const& c) {
+  return c.block() * c.threads() + c.thread();
+}
+GRADIX_KERNEL_BODY
+template <class Ctx>
+GRADIX_HOST_DEVICE constexpr index_t grid_step(Ctx const& c) {
+  return c.blocks() * c.threads();
+}
+
+/// The coordinate of flat (row-major) index k of extents ext.
+template <std::size_t R>
+GRADIX_HOST_DEVICE constexpr coord<R> unravel(array<index_t, R> const& ext, index_t k) {
+  coord<R> c{};
+  for (std::size_t j = R; j-- > 0;) {
+    c[j] = k % ext[j];
+    k /= ext[j];
+  }
+  return c;
+}
+
+}  // namespace gradix::grid

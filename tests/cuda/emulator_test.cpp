@@ -1,0 +1,331 @@
+// The grid emulator (tests/cuda/emulator.hpp) and the device kernels of backend/grid run
+// through it, compared with the host backend. Suite `emulator`: built and run on every
+// machine (no GPU needed); tests/cuda/kernels.cu runs the same kernels on a GPU.
+#include "cuda/emulator.hpp"
+
+#include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/reduce.hpp>
+#include <gradix/gradix.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace gx = gradix;
+using gx::index_t;
+using gradix_test::emu::launcher;
+using gradix_test::emu::options;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// The emulator itself.
+
+/// Each thread writes its slot of shared memory, then (after a barrier) reads its
+/// neighbour's: right only if the barrier held every thread until all had written.
+struct neighbour_kernel {
+  static constexpr bool uses_barriers = true;
+  int const* in_;
+  int* out_;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    int* sh = c.template shared<int>();
+    index_t const t = c.thread(), n = c.threads(), g = c.block() * n;
+    sh[t] = in_[g + t];
+    c.sync();
+    out_[g + t] = sh[(t + 1) % n];
+    c.sync();
+    sh[t] = -1;  // only after everyone has read
+  }
+};
+
+/// Thread 0 leaves before the barrier that the others reach.
+struct divergent_kernel {
+  static constexpr bool uses_barriers = true;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    if (c.thread() == 0) return;
+    c.sync();
+  }
+};
+
+/// Calls sync() although it declares no barriers.
+struct undeclared_barrier_kernel {
+  static constexpr bool uses_barriers = false;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    c.sync();
+  }
+};
+
+/// Records the order in which blocks start, and adds through atomic_add.
+struct order_kernel {
+  static constexpr bool uses_barriers = false;
+  index_t* order_;
+  index_t* next_;
+  index_t* total_;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    if (c.thread() == 0) order_[(*next_)++] = c.block();
+    c.atomic_add(total_, c.block() * c.threads() + c.thread());
+  }
+};
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (gx::error const& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("emulator: a barrier holds every thread of the block until all reach it") {
+  for (index_t threads : {1, 2, 32, 33, 256, 1024}) {
+    index_t const blocks = 3;
+    std::vector<int> in(std::size_t(blocks * threads)), out(in.size(), 0);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = int(7 * i + 1);
+    launcher l;
+    l.launch({blocks, threads, std::size_t(threads) * sizeof(int)}, neighbour_kernel{in.data(), out.data()});
+    for (index_t b = 0; b < blocks; ++b)
+      for (index_t t = 0; t < threads; ++t)
+        REQUIRE(out[std::size_t(b * threads + t)] == in[std::size_t(b * threads + (t + 1) % threads)]);
+  }
+}
+
+TEST_CASE("emulator: barrier divergence and undeclared barriers are errors") {
+  launcher l;
+  std::string m = error_of([&] { l.launch({2, 64, 0}, divergent_kernel{}); });
+  CHECK(m.find("barrier divergence in block 0") != std::string::npos);
+  CHECK(m.find("63 of 64 threads wait at barrier 1 while 1 have ended") != std::string::npos);
+  m = error_of([&] { l.launch({1, 4, 0}, undeclared_barrier_kernel{}); });
+  CHECK(m.find("sync() in a kernel that declares uses_barriers = false") != std::string::npos);
+  m = error_of([&] { l.launch({1, 2048, 0}, divergent_kernel{}); });
+  CHECK(m.find("at most 1024 threads per block") != std::string::npos);
+}
+
+TEST_CASE("emulator: blocks in order or shuffled; atomic_add") {
+  for (bool shuffle : {false, true}) {
+    options o;
+    o.shuffle_blocks = shuffle;
+    o.seed = 7;
+    launcher l(o);
+    index_t const blocks = 40, threads = 8;
+    std::vector<index_t> order(blocks, -1);
+    index_t next = 0, total = 0;
+    l.launch({blocks, threads, 0}, order_kernel{order.data(), &next, &total});
+    CHECK(next == blocks);
+    CHECK(total == blocks * threads * (blocks * threads - 1) / 2);
+    std::vector<index_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (index_t b = 0; b < blocks; ++b) REQUIRE(sorted[std::size_t(b)] == b);
+    bool in_order = std::is_sorted(order.begin(), order.end());
+    CHECK(in_order == !shuffle);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward kernels against the host backend.
+
+namespace {
+
+constexpr index_t rows = 37;  // dynamic
+constexpr index_t cols = 53;  // static
+
+/// The leaves of the expressions, in one memory space (both spaces view the same host
+/// memory: the emulator's device memory is host memory).
+template <class Space>
+struct leaves {
+  gx::tensor_view<float const, gx::shape<gx::dyn, cols>, gx::row_major, Space> x;
+  gx::tensor_view<float const, gx::shape<gx::dyn, cols>, gx::col_major, Space> xc;
+  gx::tensor_view<float const, gx::shape<gx::dyn, cols>, gx::strided, Space> xs;
+  gx::tensor_view<float const, gx::shape<cols>, gx::row_major, Space> b;
+  gx::tensor_view<double const, gx::shape<gx::dyn, cols>, gx::row_major, Space> d;
+  gx::tensor_view<int const, gx::shape<gx::dyn, cols>, gx::row_major, Space> k;
+};
+
+struct data {
+  std::vector<float> x, xc, xs, b;
+  std::vector<double> d;
+  std::vector<int> k;
+  data() : x(rows * cols), xc(rows * cols), xs(2 * rows * cols), b(cols), d(rows * cols), k(rows * cols) {
+    for (index_t i = 0; i < rows * cols; ++i) {
+      auto u = std::size_t(i);
+      x[u] = 0.25f + 0.5f * float((i * 37) % 101) / 101.0f;
+      xc[u] = 1.5f - float((i * 11) % 89) / 89.0f;
+      xs[2 * u] = 0.5f + float((i * 5) % 13) / 13.0f;
+      xs[2 * u + 1] = -1000.0f;  // never read
+      d[u] = 0.5 - 0.001 * double(i % 977);
+      k[u] = int(i * 7 % 5) - 2;
+    }
+    for (index_t j = 0; j < cols; ++j) b[std::size_t(j)] = 1.0f - 0.03f * float(j);
+  }
+  template <class Space>
+  leaves<Space> view() const {
+    auto s = gx::dims(rows, gx::fix<cols>);
+    gx::array<gx::index_t, 2> strides{{2 * cols, 2}};
+    return {gx::view<gx::row_major, Space>(x.data(), s), gx::view<gx::col_major, Space>(xc.data(), s),
+            gx::strided_view<Space>(xs.data(), s, strides), gx::view<gx::row_major, Space>(b.data(), gx::shape<cols>{}),
+            gx::view<gx::row_major, Space>(d.data(), s), gx::view<gx::row_major, Space>(k.data(), s)};
+  }
+};
+
+struct elementwise_family {
+  template <class L>
+  auto operator()(L const& l) const {
+    return gx::exp(l.x * 0.25f) + gx::log(l.xc) * l.b - gx::tanh(l.xs) + gx::sigmoid(-l.x) + gx::relu(l.x - 0.5f) +
+           gx::where(l.x > l.xc, l.x, l.xc) + gx::pow(l.xs, 1.5f);
+  }
+};
+struct mixed_family {
+  template <class L>
+  auto operator()(L const& l) const {
+    return gx::cast<float>(l.d * l.x + l.k) - gx::cast<float>(gx::abs(l.k)) * l.b;
+  }
+};
+struct reduce_family {
+  template <class L>
+  auto operator()(L const& l) const {
+    return gx::exp(l.x - gx::max<1>(l.x, gx::keep_dims)) / gx::sum<1>(gx::exp(l.x - gx::max<1>(l.x, gx::keep_dims)), gx::keep_dims) +
+           gx::mean<0>(l.xc, gx::keep_dims);
+  }
+};
+struct view_family {
+  template <class L>
+  auto operator()(L const& l) const {
+    auto s = gx::dims(rows, gx::fix<cols>);
+    return gx::transpose(gx::transpose(l.xc)) + gx::index(l.x, gx::all, gx::at(2)) * gx::unsqueeze<0>(l.b) +
+           gx::broadcast_to(gx::index(l.xs, 1, gx::all), s) + gx::reshape(gx::reshape(l.x, gx::dims(cols, rows)), s);
+  }
+};
+
+/// The relative difference a device evaluation (per element, scalar functions) may have from
+/// the host's (SIMD packs: gradix's vector exp, log, tanh, pow).
+template <class T>
+bool close(T got, T want) {
+  if constexpr (std::is_integral_v<T>) {
+    return got == want;
+  } else {
+    T scale = std::abs(want) > T(1) ? std::abs(want) : T(1);
+    return std::abs(got - want) <= T(16) * std::numeric_limits<T>::epsilon() * scale;
+  }
+}
+
+template <class F>
+void check_assign(F f, char const* name) {
+  data dt;
+  auto hl = dt.view<gx::host_space>();
+  auto dl = dt.view<gx::cuda_space>();
+  using T = gx::value_type_t<decltype(f(dl))>;
+  using S = gx::shape_of_t<decltype(f(dl))>;
+  gx::tensor<T, S> want(f(hl).shape());  // row-major, as dst
+  gx::assign(want, f(hl));
+  std::vector<T> out(std::size_t(want.size()), T(-7));
+  auto dst = gx::view<gx::row_major, gx::cuda_space>(out.data(), want.shape());
+  for (index_t threads : {32, 256, 1024})
+    for (index_t max_blocks : {1, 5, 0})
+      for (bool shuffle : {false, true}) {
+        options o;
+        o.shuffle_blocks = shuffle;
+        o.reverse_threads = shuffle;
+        launcher l(o);
+        std::fill(out.begin(), out.end(), T(-7));
+        gx::grid::assign(l, dst, f(dl), {threads, max_blocks});
+        CHECK(l.launches() == 1);
+        index_t bad = 0;
+        for (index_t i = 0; i < want.size(); ++i)
+          if (!close(out[std::size_t(i)], want.data()[i])) ++bad;
+        INFO(std::string(name) << ": threads " << threads << ", max_blocks " << max_blocks);
+        REQUIRE(bad == 0);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("grid::assign through the emulator equals the host backend") {
+  check_assign(elementwise_family{}, "elementwise");
+  check_assign(mixed_family{}, "mixed types");
+  check_assign(reduce_family{}, "reductions inside");
+  check_assign(view_family{}, "views");
+}
+
+TEST_CASE("grid::assign: a shape mismatch is an error and writes nothing") {
+  data dt;
+  auto dl = dt.view<gx::cuda_space>();
+  std::vector<float> out(rows * (cols + 1), 3.0f);
+  auto dst = gx::view<gx::row_major, gx::cuda_space>(out.data(), gx::dims(rows, cols + 1));
+  launcher l;
+  std::string m = error_of([&] { gx::grid::assign(l, dst, dl.x * 2.0f); });
+  CHECK(m == "gradix::grid::assign: destination shape [37, 54] differs from expression shape [37, 53]");
+  CHECK(l.launches() == 0);
+  for (float v : out) REQUIRE(v == 3.0f);
+}
+
+// ---------------------------------------------------------------------------------------
+// The deterministic sum.
+
+namespace {
+template <class T>
+std::uint64_t bits(T v) {
+  std::uint64_t r = 0;
+  std::memcpy(&r, &v, sizeof(T));
+  return r;
+}
+}  // namespace
+
+TEST_CASE("grid::sum: the same bits for every launch shape and block order, close to the exact sum") {
+  for (index_t n : {0, 1, 31, 1023, 1024, 1025, 5000, 40000, 1100000}) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    double exact = 0;
+    for (index_t i = 0; i < n; ++i) {
+      float x = float((i * 7919) % 1000) / 1000.0f - 0.3f;
+      v[std::size_t(i)] = x;
+      exact += double(x);
+    }
+    auto dv = gx::view<gx::row_major, gx::cuda_space>(v.data(), gx::dims(n));
+    float first = 0;
+    bool have = false;
+    for (index_t threads : {32, 96, 256, 1024})
+      for (index_t max_blocks : {1, 3, 0})
+        for (bool shuffle : {false, true}) {
+          if (n > 100000 && (threads != 256 || max_blocks == 1)) continue;  // (keeps the test short)
+          options o;
+          o.shuffle_blocks = shuffle;
+          o.seed = std::uint64_t(n + threads);
+          launcher l(o);
+          float s = gx::grid::sum(l, dv * 1.0f, {threads, max_blocks});
+          CHECK(l.live_allocations() == 0);
+          if (!have) {
+            first = s;
+            have = true;
+            double tol = 1e-6 * (1.0 + double(n));
+            INFO("n " << n << ": sum " << s << ", exact " << exact);
+            CHECK(std::abs(double(s) - exact) <= tol);
+          }
+          INFO("n " << n << ", threads " << threads << ", max_blocks " << max_blocks << ", shuffled " << shuffle);
+          REQUIRE(bits(s) == bits(first));
+        }
+  }
+}
+
+TEST_CASE("grid::sum of an expression over a rank-3 broadcast, and of doubles and ints") {
+  data dt;
+  auto hl = dt.view<gx::host_space>();
+  auto dl = dt.view<gx::cuda_space>();
+  launcher l;
+  auto e3 = [](auto const& L) { return gx::unsqueeze<0>(L.x) * gx::unsqueeze<1>(gx::sum<1>(L.xc, gx::keep_dims)); };
+  // rank 3: [1, 37, 53] * [37, 1, 1] broadcasts to [37, 37, 53]
+  float got = gx::grid::sum(l, e3(dl));
+  double want = 0;
+  auto h = gx::eval(e3(hl));
+  for (index_t i = 0; i < h.size(); ++i) want += double(h.data()[i]);
+  CHECK(std::abs(double(got) - want) <= 1e-5 * std::abs(want));
+  CHECK(gx::grid::sum(l, dl.d) == doctest::Approx(gx::value(gx::sum(hl.d))).epsilon(1e-12));
+  CHECK(gx::grid::sum(l, dl.k) == gx::value(gx::sum(hl.k)));
+}

@@ -1,0 +1,126 @@
+// The kernels of backend/grid on a GPU through gradix::cuda::launcher (suite `cuda`),
+// against the host backend and against the grid emulator (tests/cuda/emulator.hpp), which
+// runs the same kernel code in CI. Without a CUDA device the program exits 77 (meson: SKIP)
+// after running the emulator half, so that nvcc still compiles every kernel here.
+#include "cuda/emulator.hpp"
+
+#include <gradix/backend/cuda/launch.hpp>
+#include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/reduce.hpp>
+#include <gradix/gradix.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace gx = gradix;
+using gx::index_t;
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, char const* what) {
+  if (!ok) {
+    std::printf("FAIL: %s\n", what);
+    ++failures;
+  }
+}
+
+constexpr index_t rows = 301;
+constexpr index_t cols = 67;
+
+template <class Space>
+auto expression(float const* x, float const* b) {
+  auto X = gx::view<gx::row_major, Space>(x, gx::dims(rows, gx::fix<cols>));
+  auto B = gx::view<gx::row_major, Space>(b, gx::shape<cols>{});
+  return gx::exp(X - gx::max<1>(X, gx::keep_dims)) * B + gx::sigmoid(X) - gx::transpose(gx::transpose(X)) * 0.5f;
+}
+
+template <class T>
+std::uint64_t bits(T v) {
+  std::uint64_t r = 0;
+  std::memcpy(&r, &v, sizeof(T));
+  return r;
+}
+
+/// Runs the checks with launcher L over memory at x, b (in L's space), writing into out.
+template <class L>
+void run_all(L& l, float const* x, float const* b, float* out, std::vector<float>& host_out, float* sums) {
+  auto dst = gx::view<gx::row_major, gx::cuda_space>(out, gx::dims(rows, gx::fix<cols>));
+  gx::grid::assign(l, dst, expression<gx::cuda_space>(x, b), {128, 7});
+  l.copy_to_host(host_out.data(), out, host_out.size() * sizeof(float));
+  auto X = gx::view<gx::row_major, gx::cuda_space>(x, gx::dims(rows * cols));
+  sums[0] = gx::grid::sum(l, X, {256, 0});
+  sums[1] = gx::grid::sum(l, X, {64, 3});
+  sums[2] = gx::grid::sum(l, X, {1024, 1});
+}
+
+}  // namespace
+
+int main() {
+  std::vector<float> x(rows * cols), b(cols);
+  for (index_t i = 0; i < rows * cols; ++i) x[std::size_t(i)] = float((i * 7919) % 1013) / 1013.0f - 0.4f;
+  for (index_t j = 0; j < cols; ++j) b[std::size_t(j)] = 0.5f + 0.01f * float(j);
+  // host backend
+  gx::tensor<float, gx::shape<gx::dyn, cols>> want(gx::dims(rows, gx::fix<cols>));
+  gx::assign(want, expression<gx::host_space>(x.data(), b.data()));
+  // emulator (host memory stands in for device memory)
+  std::vector<float> emu_out(x.size(), -1.0f), emu_buf(x.size());
+  float emu_sums[3];
+  {
+    gradix_test::emu::launcher l;
+    run_all(l, x.data(), b.data(), emu_buf.data(), emu_out, emu_sums);
+  }
+  for (index_t i = 0; i < want.size(); ++i)
+    if (std::abs(emu_out[std::size_t(i)] - want.data()[i]) > 1e-5f * (1 + std::abs(want.data()[i]))) {
+      expect(false, "emulator assign equals the host backend");
+      break;
+    }
+  expect(bits(emu_sums[0]) == bits(emu_sums[1]) && bits(emu_sums[1]) == bits(emu_sums[2]),
+         "emulator sum: the same bits for three launch shapes");
+
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: ran the emulator half only (%d failures)\n", failures);
+    return failures ? 1 : 77;
+  }
+  gx::cuda::launcher l;
+  float *dx = nullptr, *db = nullptr, *dout = nullptr;
+  dx = static_cast<float*>(l.allocate(x.size() * sizeof(float)));
+  db = static_cast<float*>(l.allocate(b.size() * sizeof(float)));
+  dout = static_cast<float*>(l.allocate(x.size() * sizeof(float)));
+  l.copy_to_device(dx, x.data(), x.size() * sizeof(float));
+  l.copy_to_device(db, b.data(), b.size() * sizeof(float));
+  std::vector<float> dev_out(x.size(), -1.0f);
+  float dev_sums[3];
+  run_all(l, dx, db, dout, dev_out, dev_sums);
+  for (index_t i = 0; i < want.size(); ++i)
+    if (std::abs(dev_out[std::size_t(i)] - want.data()[i]) > 1e-5f * (1 + std::abs(want.data()[i]))) {
+      std::printf("element %ld: device %.9g, host %.9g\n", long(i), double(dev_out[std::size_t(i)]),
+                  double(want.data()[i]));
+      expect(false, "device assign equals the host backend");
+      break;
+    }
+  for (int k = 0; k < 3; ++k) expect(bits(dev_sums[k]) == bits(emu_sums[k]), "device sum has the emulator's bits");
+  l.deallocate(dx);
+  l.deallocate(db);
+  l.deallocate(dout);
+  l.synchronize();
+  // an error from CUDA becomes a gradix::error naming the call
+  bool threw = false;
+  try {
+    l.launch({1, 4096, 0}, gx::grid::assign_kernel<decltype(gx::view<gx::row_major, gx::cuda_space>(dout, gx::dims(1))),
+                                                    decltype(gx::view<gx::row_major, gx::cuda_space>(dx, gx::dims(1)) * 1.0f)>{});
+  } catch (gx::error const& e) {
+    threw = std::strstr(e.what(), "gradix::cuda: kernel launch: ") != nullptr;
+    std::printf("expected error: %s\n", e.what());
+  }
+  expect(threw, "a launch of 4096 threads per block is a gradix::error");
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "ok", failures);
+  return failures ? 1 : 0;
+}
