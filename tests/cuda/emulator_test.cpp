@@ -4,6 +4,7 @@
 #include "cuda/emulator.hpp"
 
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/gradix.hpp>
 
@@ -328,4 +329,39 @@ TEST_CASE("grid::sum of an expression over a rank-3 broadcast, and of doubles an
   CHECK(std::abs(double(got) - want) <= 1e-5 * std::abs(want));
   CHECK(gx::grid::sum(l, dl.d) == doctest::Approx(gx::value(gx::sum(hl.d))).epsilon(1e-12));
   CHECK(gx::grid::sum(l, dl.k) == gx::value(gx::sum(hl.k)));
+}
+
+// ---------------------------------------------------------------------------------------
+// Device tensors (backend/grid/memory.hpp).
+
+TEST_CASE("grid::device_tensor: upload, download, zeros, moves; memory given back") {
+  launcher l;
+  {
+    auto h = gx::uniform<float>(gx::dims(5, gx::fix<7>), 3, -1.0f, 1.0f);
+    using S = decltype(h)::shape_type;
+    auto d = gx::grid::device_tensor<float, S, launcher>::from_host(l, h);
+    CHECK(l.live_allocations() == 1);
+    auto back = d.download();
+    for (index_t i = 0; i < h.size(); ++i) REQUIRE(back.data()[i] == h.data()[i]);
+    auto z = gx::grid::device_tensor<float, S, launcher>::zeros(l, h.shape());
+    auto zh = z.download();
+    for (index_t i = 0; i < zh.size(); ++i) REQUIRE(zh.data()[i] == 0.0f);
+    // out = exp(d) * 2 + z, on the device
+    auto out = gx::grid::make_device_tensor<float>(l, h.shape());
+    gx::grid::assign(l, out.view(), gx::exp(d.cview()) * 2.0f + z.cview());
+    auto want = gx::eval(gx::exp(h) * 2.0f);
+    auto got = out.download();
+    for (index_t i = 0; i < h.size(); ++i) REQUIRE(close(got.data()[i], want.data()[i]));
+    CHECK(gx::grid::sum(l, d.cview()) == doctest::Approx(gx::value(gx::sum(h))).epsilon(1e-6));
+    auto moved = std::move(d);
+    CHECK(d.data() == nullptr);
+    CHECK(moved.download()(4, 6) == h(4, 6));
+    CHECK(l.live_allocations() == 3);
+    // a host tensor of another shape: an error, nothing copied
+    gx::tensor<float, S> other(gx::dims(4, gx::fix<7>));
+    std::string m = error_of([&] { moved.upload(other); });
+    CHECK(m == "gradix::device_tensor::upload: host shape [4, 7] differs from device shape [5, 7]");
+    CHECK(moved.download()(4, 6) == h(4, 6));
+  }
+  CHECK(l.live_allocations() == 0);
 }

@@ -6,6 +6,7 @@
 
 #include <gradix/backend/cuda/launch.hpp>
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/gradix.hpp>
 
@@ -90,15 +91,14 @@ int main() {
     return failures ? 1 : 77;
   }
   gx::cuda::launcher l;
-  float *dx = nullptr, *db = nullptr, *dout = nullptr;
-  dx = static_cast<float*>(l.allocate(x.size() * sizeof(float)));
-  db = static_cast<float*>(l.allocate(b.size() * sizeof(float)));
-  dout = static_cast<float*>(l.allocate(x.size() * sizeof(float)));
-  l.copy_to_device(dx, x.data(), x.size() * sizeof(float));
-  l.copy_to_device(db, b.data(), b.size() * sizeof(float));
+  using V = gx::shape<gx::dyn>;
+  gx::tensor<float, V> hx(gx::dims(rows * cols), x), hb(gx::dims(cols), b);
+  auto dx = gx::grid::device_tensor<float, V, gx::cuda::launcher>::from_host(l, hx);
+  auto db = gx::grid::device_tensor<float, V, gx::cuda::launcher>::from_host(l, hb);
+  auto dout = gx::grid::device_tensor<float, V, gx::cuda::launcher>::zeros(l, gx::dims(rows * cols));
   std::vector<float> dev_out(x.size(), -1.0f);
   float dev_sums[3];
-  run_all(l, dx, db, dout, dev_out, dev_sums);
+  run_all(l, dx.data(), db.data(), dout.data(), dev_out, dev_sums);
   for (index_t i = 0; i < want.size(); ++i)
     if (std::abs(dev_out[std::size_t(i)] - want.data()[i]) > 1e-5f * (1 + std::abs(want.data()[i]))) {
       std::printf("element %ld: device %.9g, host %.9g\n", long(i), double(dev_out[std::size_t(i)]),
@@ -107,15 +107,13 @@ int main() {
       break;
     }
   for (int k = 0; k < 3; ++k) expect(bits(dev_sums[k]) == bits(emu_sums[k]), "device sum has the emulator's bits");
-  l.deallocate(dx);
-  l.deallocate(db);
-  l.deallocate(dout);
+  expect(dx.download()(7) == x[7], "device_tensor round trip");
   l.synchronize();
   // an error from CUDA becomes a gradix::error naming the call
   bool threw = false;
   try {
-    l.launch({1, 4096, 0}, gx::grid::assign_kernel<decltype(gx::view<gx::row_major, gx::cuda_space>(dout, gx::dims(1))),
-                                                    decltype(gx::view<gx::row_major, gx::cuda_space>(dx, gx::dims(1)) * 1.0f)>{});
+    l.launch({1, 4096, 0}, gx::grid::assign_kernel<decltype(gx::view<gx::row_major, gx::cuda_space>(dout.data(), gx::dims(1))),
+                                                    decltype(gx::view<gx::row_major, gx::cuda_space>(dx.cview().data(), gx::dims(1)) * 1.0f)>{});
   } catch (gx::error const& e) {
     threw = std::strstr(e.what(), "gradix::cuda: kernel launch: ") != nullptr;
     std::printf("expected error: %s\n", e.what());

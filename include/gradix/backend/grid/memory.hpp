@@ -1,0 +1,109 @@
+#pragma once
+/// \file
+/// Owning device tensors: memory from a launcher (backend/grid/launch.hpp), given back when
+/// the tensor goes, in the launcher's order (for gradix::cuda::launcher: cudaMallocAsync and
+/// cudaFreeAsync in its stream). Elements are reached only through cuda_space views, and
+/// moved to and from the host with upload / download (explicit copies; no managed memory).
+
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/core/view.hpp"
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::grid {
+
+/// A tensor of T with shape Shape and layout Layout (row_major or col_major) in the device
+/// memory of launcher L. Move-only. Its elements are uninitialised until written (zeros()
+/// clears them).
+template <class T, class Shape, class L, class Layout = row_major>
+class device_tensor {
+  static_assert(element<T>, "gradix::device_tensor: the element type must be an arithmetic type other than bool");
+  static_assert(is_shape_v<Shape>, "gradix::device_tensor: Shape must be a gradix::shape<...>");
+  static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
+                "gradix::device_tensor: the layout of an owning tensor is row_major or col_major");
+
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  using layout_type = Layout;
+  using space_type = cuda_space;
+  using view_type = tensor_view<T, Shape, Layout, cuda_space>;
+  using const_view_type = tensor_view<T const, Shape, Layout, cuda_space>;
+
+  /// Uninitialised device memory for shape s (the element count is checked for overflow).
+  device_tensor(L& l, Shape s) : l_(&l), shape_(s) {
+    index_t n = ::gradix::detail::checked_size(s, "gradix::device_tensor");
+    p_ = static_cast<T*>(l.allocate(std::size_t(n) * sizeof(T)));
+  }
+  /// Device memory for shape s, cleared (in l's order).
+  static device_tensor zeros(L& l, Shape s) {
+    device_tensor t(l, s);
+    l.fill_zero(t.p_, t.bytes());
+    return t;
+  }
+  /// A device copy of host tensor h (same shape and layout), in l's order.
+  static device_tensor from_host(L& l, tensor<T, Shape, Layout> const& h) {
+    device_tensor t(l, h.shape());
+    t.upload(h);
+    return t;
+  }
+  device_tensor(device_tensor&& o) noexcept : l_(o.l_), p_(std::exchange(o.p_, nullptr)), shape_(o.shape_) {}
+  device_tensor& operator=(device_tensor&& o) noexcept {
+    if (this != &o) {
+      release();
+      l_ = o.l_;
+      p_ = std::exchange(o.p_, nullptr);
+      shape_ = o.shape_;
+    }
+    return *this;
+  }
+  device_tensor(device_tensor const&) = delete;
+  device_tensor& operator=(device_tensor const&) = delete;
+  ~device_tensor() { release(); }
+
+  Shape const& shape() const { return shape_; }
+  index_t size() const { return shape_.size(); }
+  std::size_t bytes() const { return std::size_t(size()) * sizeof(T); }
+  T* data() const { return p_; }
+  view_type view() const { return view_type(p_, shape_); }
+  const_view_type cview() const { return const_view_type(p_, shape_); }
+  L& launcher() const { return *l_; }
+
+  /// Copies host tensor h (same shape and layout) into this tensor, in the launcher's order.
+  /// A shape mismatch is a gradix::error naming both shapes; nothing is copied then.
+  void upload(tensor<T, Shape, Layout> const& h) {
+    if (!(h.shape() == shape_))
+      ::gradix::detail::fail("gradix::device_tensor::upload: host shape ", to_string(h.shape()),
+                             " differs from device shape ", to_string(shape_));
+    l_->copy_to_device(p_, h.data(), bytes());
+  }
+  /// A host copy of the elements (waits for everything enqueued before it).
+  tensor<T, Shape, Layout> download() const {
+    tensor<T, Shape, Layout> h(shape_, ::gradix::detail::uninit);
+    l_->copy_to_host(h.data(), p_, bytes());
+    return h;
+  }
+
+ private:
+  void release() {
+    if (p_) l_->deallocate(p_);
+    p_ = nullptr;
+  }
+  L* l_;
+  T* p_ = nullptr;
+  Shape shape_;
+};
+
+/// device_tensor for a shape value: `grid::make_device_tensor<float>(l, dims(n, fix<4>))`.
+template <class T, class Layout = row_major, class L, class Shape>
+device_tensor<T, Shape, L, Layout> make_device_tensor(L& l, Shape s) {
+  return device_tensor<T, Shape, L, Layout>(l, s);
+}
+
+}  // namespace gradix::grid
