@@ -365,3 +365,54 @@ TEST_CASE("grid::device_tensor: upload, download, zeros, moves; memory given bac
   }
   CHECK(l.live_allocations() == 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Reductions over chosen axes at the root of an assign (block-then-grid kernels when each
+// output reduces at least grid::block_reduce_min elements).
+
+namespace {
+template <class F>
+void check_root_reduction(F f, char const* name, index_t launches) {
+  auto x = gx::uniform<float>(gx::dims(3000, gx::fix<5>), 11, -1.0f, 1.0f);
+  auto y = gx::uniform<float>(gx::dims(40, gx::fix<7>, 30), 12, -1.0f, 1.0f);
+  auto hx = x.view();
+  auto hy = y.view();
+  auto dx = gx::view<gx::row_major, gx::cuda_space>(x.data(), x.shape());
+  auto dy = gx::view<gx::row_major, gx::cuda_space>(y.data(), y.shape());
+  using T = gx::value_type_t<decltype(f(dx, dy))>;
+  using S = gx::shape_of_t<decltype(f(dx, dy))>;
+  gx::tensor<T, S> want(f(hx, hy).shape());
+  gx::assign(want, f(hx, hy));
+  std::vector<T> out(std::size_t(want.size())), first;
+  auto dst = gx::view<gx::row_major, gx::cuda_space>(out.data(), want.shape());
+  for (index_t threads : {32, 256, 1024})
+    for (index_t max_blocks : {1, 4, 0})
+      for (bool shuffle : {false, true}) {
+        options o;
+        o.shuffle_blocks = shuffle;
+        o.seed = std::uint64_t(threads * 7 + max_blocks);
+        launcher l(o);
+        std::fill(out.begin(), out.end(), T(-7));
+        gx::grid::assign(l, dst, f(dx, dy), {threads, max_blocks});
+        CHECK(l.live_allocations() == 0);
+        CHECK(l.launches() == launches);  // 2: tiles, then the partials; 1: per output
+        INFO(std::string(name) << ": threads " << threads << ", max_blocks " << max_blocks << ", shuffled " << shuffle);
+        for (index_t i = 0; i < want.size(); ++i) {
+          T scale = std::abs(want.data()[i]) > T(1) ? std::abs(want.data()[i]) : T(1);
+          REQUIRE(std::abs(out[std::size_t(i)] - want.data()[i]) <= T(1e-5) * scale);
+        }
+        if (first.empty()) first = out;
+        for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(bits(out[i]) == bits(first[i]));
+      }
+}
+}  // namespace
+
+TEST_CASE("grid::assign of a root reduction: block-then-grid kernels, fixed bits, equal to the host") {
+  check_root_reduction([](auto const& x, auto const&) { return gx::sum<0>(x); }, "sum<0> (3 tiles per output)", 2);
+  check_root_reduction([](auto const& x, auto const&) { return gx::mean<0>(gx::exp(x), gx::keep_dims); }, "mean<0> keep_dims", 2);
+  check_root_reduction([](auto const& x, auto const&) { return gx::max<0>(x * 2.0f); }, "max<0>", 2);
+  check_root_reduction([](auto const&, auto const& y) { return gx::sum<0, 2>(y); }, "sum<0, 2> (rank 3)", 2);
+  check_root_reduction([](auto const&, auto const& y) { return gx::sum<0, 2>(y, gx::keep_dims); }, "sum<0, 2> keep_dims", 2);
+  check_root_reduction([](auto const&, auto const& y) { return gx::sum<2>(y); }, "sum<2> (30 elements: per thread)", 1);
+  check_root_reduction([](auto const& x, auto const&) { return gx::sum(gx::transpose(x)); }, "sum of a transpose", 2);
+}

@@ -51,7 +51,8 @@ std::uint64_t bits(T v) {
 
 /// Runs the checks with launcher L over memory at x, b (in L's space), writing into out.
 template <class L>
-void run_all(L& l, float const* x, float const* b, float* out, std::vector<float>& host_out, float* sums) {
+void run_all(L& l, float const* x, float const* b, float* out, std::vector<float>& host_out, float* sums,
+             std::vector<float>& col_sums) {
   auto dst = gx::view<gx::row_major, gx::cuda_space>(out, gx::dims(rows, gx::fix<cols>));
   gx::grid::assign(l, dst, expression<gx::cuda_space>(x, b), {128, 7});
   l.copy_to_host(host_out.data(), out, host_out.size() * sizeof(float));
@@ -59,6 +60,10 @@ void run_all(L& l, float const* x, float const* b, float* out, std::vector<float
   sums[0] = gx::grid::sum(l, X, {256, 0});
   sums[1] = gx::grid::sum(l, X, {64, 3});
   sums[2] = gx::grid::sum(l, X, {1024, 1});
+  // a root reduction over the 301 rows: block-then-grid kernels
+  auto X2 = gx::view<gx::row_major, gx::cuda_space>(x, gx::dims(rows, gx::fix<cols>));
+  gx::grid::assign(l, gx::view<gx::row_major, gx::cuda_space>(out, gx::shape<cols>{}), gx::sum<0>(X2), {96, 2});
+  l.copy_to_host(col_sums.data(), out, col_sums.size() * sizeof(float));
 }
 
 }  // namespace
@@ -73,15 +78,24 @@ int main() {
   // emulator (host memory stands in for device memory)
   std::vector<float> emu_out(x.size(), -1.0f), emu_buf(x.size());
   float emu_sums[3];
+  std::vector<float> emu_cols(cols), dev_cols(cols);
   {
     gradix_test::emu::launcher l;
-    run_all(l, x.data(), b.data(), emu_buf.data(), emu_out, emu_sums);
+    run_all(l, x.data(), b.data(), emu_buf.data(), emu_out, emu_sums, emu_cols);
   }
   for (index_t i = 0; i < want.size(); ++i)
     if (std::abs(emu_out[std::size_t(i)] - want.data()[i]) > 1e-5f * (1 + std::abs(want.data()[i]))) {
       expect(false, "emulator assign equals the host backend");
       break;
     }
+  {
+    auto hc = gx::eval(gx::sum<0>(gx::view(x.data(), gx::dims(rows, gx::fix<cols>))));
+    for (index_t j = 0; j < cols; ++j)
+      if (std::abs(emu_cols[std::size_t(j)] - hc(j)) > 1e-4f * (1 + std::abs(hc(j)))) {
+        expect(false, "emulator sum<0> equals the host backend");
+        break;
+      }
+  }
   expect(bits(emu_sums[0]) == bits(emu_sums[1]) && bits(emu_sums[1]) == bits(emu_sums[2]),
          "emulator sum: the same bits for three launch shapes");
 
@@ -98,7 +112,7 @@ int main() {
   auto dout = gx::grid::device_tensor<float, V, gx::cuda::launcher>::zeros(l, gx::dims(rows * cols));
   std::vector<float> dev_out(x.size(), -1.0f);
   float dev_sums[3];
-  run_all(l, dx.data(), db.data(), dout.data(), dev_out, dev_sums);
+  run_all(l, dx.data(), db.data(), dout.data(), dev_out, dev_sums, dev_cols);
   for (index_t i = 0; i < want.size(); ++i)
     if (std::abs(dev_out[std::size_t(i)] - want.data()[i]) > 1e-5f * (1 + std::abs(want.data()[i]))) {
       std::printf("element %ld: device %.9g, host %.9g\n", long(i), double(dev_out[std::size_t(i)]),
@@ -107,6 +121,11 @@ int main() {
       break;
     }
   for (int k = 0; k < 3; ++k) expect(bits(dev_sums[k]) == bits(emu_sums[k]), "device sum has the emulator's bits");
+  for (index_t j = 0; j < cols; ++j)
+    if (bits(dev_cols[std::size_t(j)]) != bits(emu_cols[std::size_t(j)])) {
+      expect(false, "device sum<0> has the emulator's bits");
+      break;
+    }
   expect(dx.download()(7) == x[7], "device_tensor round trip");
   l.synchronize();
   // an error from CUDA becomes a gradix::error naming the call

@@ -6,6 +6,7 @@
 /// the CUDA launcher and the tests' host grid emulator run the same kernel.
 
 #include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/reduce.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/view.hpp"
@@ -42,8 +43,15 @@ template <class E>
 inline constexpr bool device_operand = std::is_same_v<space_of_t<E>, cuda_space> || std::is_void_v<space_of_t<E>>;
 }  // namespace detail
 
-/// Evaluates e into dst on the launcher's device, in its order: one fused kernel. dst must
-/// have e's shape (checked: gradix::error naming both, nothing written). The expression's
+/// A reduction at the root of an assign whose outputs each reduce at least this many
+/// elements runs as block-then-grid kernels (backend/grid/reduce.hpp); smaller ones, and
+/// reductions inside an expression, are computed per output element by one thread in the
+/// evaluator's fixed order. Both orders depend on the shapes alone, never on the launch.
+inline constexpr index_t block_reduce_min = 256;
+
+/// Evaluates e into dst on the launcher's device, in its order: one fused kernel (a large
+/// reduction at the root: block-then-grid kernels, see block_reduce_min). dst must have e's
+/// shape (checked: gradix::error naming both, nothing written). The expression's
 /// leaves and dst must be in CUDA memory (a compile error otherwise).
 template <class L, class DT, class DS, class DL, class E>
 void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, launch_options o = {}) {
@@ -57,6 +65,13 @@ void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, la
     ::gradix::detail::fail("gradix::grid::assign: destination shape ", to_string(dst.shape()),
                            " differs from expression shape ", to_string(e.shape()));
   if (dst.size() == 0) return;
+  if constexpr (is_reduce_node<E>::value) {
+    index_t const n = dst.size() == 0 ? 0 : e.arg_.shape().size() / dst.size();
+    if (n >= block_reduce_min) {
+      reduce_into(l, dst, e, o);
+      return;
+    }
+  }
   using K = assign_kernel<tensor_view<DT, DS, DL, cuda_space>, E>;
   static_assert(std::is_trivially_copyable_v<K>, "gradix::grid::assign: a kernel must be trivially copyable");
   l.launch(shape_for(dst.size(), o, l.max_threads()), K{dst, e});

@@ -1,15 +1,16 @@
 #pragma once
 /// \file
-/// The sum of every element of an expression on a device grid, with a combination order
-/// fixed by the data alone: the same bits for any number of blocks, threads per block, block
-/// order or run.
+/// Reductions on a device grid (sum, mean, max over all axes or chosen axes), with a
+/// combination order fixed by the shapes alone: the same bits for any number of blocks,
+/// threads per block, block order or run.
 ///
-/// The flat (row-major) elements are cut into tiles of 1024. A tile is summed by one warp of
-/// 32 threads: lane l adds elements l, l + 32, ..., l + 992 of the tile in that order, then the
-/// 32 lane sums are added pairwise in a fixed tree (lane l + s into lane l, s = 16, 8, 4, 2, 1)
-/// in shared memory, with barriers between the levels. That gives one partial per tile; the
-/// partials are summed the same way, pass after pass, until one value is left. Which warp of
-/// which block takes a tile changes nothing.
+/// For each output element o, its n reduced elements (the reduced axes' coordinates in
+/// row-major order) are cut into tiles of 1024. A tile is reduced by one warp of 32 threads:
+/// lane l combines elements l, l + 32, ..., l + 992 of the tile in that order, then the 32
+/// lane values are combined pairwise in a fixed tree (lane l + s into lane l, s = 16, 8, 4, 2,
+/// 1) in shared memory, with barriers between the levels. That gives one partial per (o,
+/// tile); the partials of each o are reduced the same way, pass after pass, until one value
+/// per output is left. Which warp of which block takes a tile changes nothing.
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/config.hpp"
@@ -17,6 +18,7 @@
 #include "gradix/core/view.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/expr/node.hpp"
+#include "gradix/expr/reduce.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -24,46 +26,88 @@
 namespace gradix::grid {
 
 /// Lanes per tile (one warp) and elements per tile.
-inline constexpr index_t sum_lanes = 32;
-inline constexpr index_t sum_tile = sum_lanes * sum_lanes;
+inline constexpr index_t reduce_lanes = 32;
+inline constexpr index_t reduce_tile = reduce_lanes * reduce_lanes;
 
-/// out_[t] = the sum of tile t of e (flat elements [1024 t, 1024 (t + 1)) of n_), for every
-/// tile t < tiles_. Needs threads a multiple of 32 and threads x sizeof(T) shared bytes.
-template <class E, class T>
-struct sum_tiles_kernel {
+namespace detail {
+/// The coordinate of an operand of rank R from an output index o (row-major over the axes
+/// not in Mask) and a reduced index r (row-major over the axes in Mask).
+template <axis_mask Mask, std::size_t R>
+GRADIX_HOST_DEVICE constexpr coord<R> compose(array<index_t, R> const& ext, index_t o, index_t r) {
+  coord<R> c{};
+  for (std::size_t j = R; j-- > 0;) {
+    if ((Mask >> j) & 1) {
+      c[j] = r % ext[j];
+      r /= ext[j];
+    } else {
+      c[j] = o % ext[j];
+      o /= ext[j];
+    }
+  }
+  return c;
+}
+
+/// Where a pass writes: the partials of the next pass (p_[item]) ...
+template <class T>
+struct to_partials {
+  T* p_;
+  GRADIX_HOST_DEVICE void operator()(index_t item, index_t, T v) const { p_[item] = v; }
+};
+/// ... or, in the last pass, the destination element of output o (mean: divided by the
+/// count n of reduced elements).
+template <class DV, bool Mean, class T>
+struct to_destination {
+  DV dst_;
+  index_t count_;
+  GRADIX_HOST_DEVICE void operator()(index_t, index_t o, T v) const {
+    using DT = typename DV::value_type;
+    if constexpr (Mean) v = v / T(count_);
+    dst_[grid::unravel(dst_.shape().extents(), o)] = DT(v);
+  }
+};
+}  // namespace detail
+
+/// One pass: for every item = o * tiles_ + t (o < outputs_, t < tiles_), the Op-reduction of
+/// tile t of output o's n_ reduced elements of arg_ (axes Mask), given to sink_. Needs
+/// threads a multiple of 32 and threads x sizeof(T) shared bytes.
+template <class Op, axis_mask Mask, class Arg, class T, class Sink>
+struct reduce_tiles_kernel {
   static constexpr bool uses_barriers = true;
   using value_type = T;
-  E e_;
-  T* out_;
+  Arg arg_;
+  Sink sink_;
+  index_t outputs_;
   index_t n_;
   index_t tiles_;
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    constexpr std::size_t R = shape_of_t<E>::rank;
-    ev::evaluator<E> ev(e_);
-    auto const ext = e_.shape().extents();
+    constexpr std::size_t R = shape_of_t<Arg>::rank;
+    ev::evaluator<Arg> ev(arg_);
+    auto const ext = arg_.shape().extents();
     T* const sh = c.template shared<T>();
-    index_t const warps = c.threads() / sum_lanes;
-    index_t const w = c.thread() / sum_lanes, lane = c.thread() % sum_lanes;
+    index_t const warps = c.threads() / reduce_lanes;
+    index_t const w = c.thread() / reduce_lanes, lane = c.thread() % reduce_lanes;
+    index_t const items = outputs_ * tiles_;
     // block-uniform loop: every thread of the block takes the same iterations and barriers
-    for (index_t base = c.block() * warps; base < tiles_; base += c.blocks() * warps) {
-      index_t const tile = base + w;
-      T acc = T(0);
-      if (tile < tiles_) {
-        index_t const k0 = tile * sum_tile + lane;
-        for (index_t j = 0; j < sum_lanes; ++j) {
-          index_t const k = k0 + j * sum_lanes;
-          if (k < n_) acc += T(ev(grid::unravel<R>(ext, k)));
+    for (index_t base = c.block() * warps; base < items; base += c.blocks() * warps) {
+      index_t const item = base + w;
+      index_t const o = item / tiles_, tile = item % tiles_;
+      T acc = Op::template identity<T>();
+      if (item < items) {
+        index_t const r0 = tile * reduce_tile + lane;
+        for (index_t j = 0; j < reduce_lanes; ++j) {
+          index_t const r = r0 + j * reduce_lanes;
+          if (r < n_) acc = Op::template combine<T>(acc, T(ev(detail::compose<Mask, R>(ext, o, r))));
         }
       }
       sh[c.thread()] = acc;
       c.sync();
-      for (index_t s = sum_lanes / 2; s > 0; s /= 2) {
-        if (lane < s) sh[c.thread()] += sh[c.thread() + s];
+      for (index_t s = reduce_lanes / 2; s > 0; s /= 2) {
+        if (lane < s) sh[c.thread()] = Op::template combine<T>(sh[c.thread()], sh[c.thread() + s]);
         c.sync();
       }
-      if (lane == 0 && tile < tiles_) out_[tile] = sh[c.thread()];
+      if (lane == 0 && item < items) sink_(item, o, sh[c.thread()]);
       c.sync();  // the next iteration writes sh again
     }
   }
@@ -84,62 +128,102 @@ struct scratch {
     return static_cast<T*>(p_);
   }
 };
-/// Threads per block for sum kernels: a multiple of the warp, within the device's limit.
-constexpr index_t sum_threads(launch_options o, index_t max_threads) {
+/// Threads per block for reduction kernels: a multiple of the warp, within the device's limit.
+constexpr index_t reduce_threads(launch_options o, index_t max_threads) {
   index_t t = o.threads > 0 ? o.threads : 256;
   if (t > max_threads) t = max_threads;
-  t = t / sum_lanes * sum_lanes;
-  return t < sum_lanes ? sum_lanes : t;
+  t = t / reduce_lanes * reduce_lanes;
+  return t < reduce_lanes ? reduce_lanes : t;
 }
 template <class L, class K>
-void launch_tiles(L& l, K const& k, index_t tiles, launch_options o) {
-  index_t const t = sum_threads(o, l.max_threads());
-  index_t const warps = t / sum_lanes;
-  index_t b = (tiles + warps - 1) / warps;
+void launch_items(L& l, K const& k, index_t items, launch_options o) {
+  static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: a kernel must be trivially copyable");
+  index_t const t = reduce_threads(o, l.max_threads());
+  index_t const warps = t / reduce_lanes;
+  index_t b = (items + warps - 1) / warps;
   if (o.max_blocks > 0 && b > o.max_blocks) b = o.max_blocks;
   if (b < 1) b = 1;
   l.launch(launch_shape{b, t, std::size_t(t) * sizeof(typename K::value_type)}, k);
 }
-}  // namespace detail
+template <class Op>
+struct reduce_op {
+  using type = Op;
+};
+template <>
+struct reduce_op<op::mean_of> {
+  using type = op::sum_of;  // summed, then divided once by the count
+};
 
-/// The sum of every element of e, written to *out (device memory) in l's order, with fixed
-/// bits (see the file comment). An empty e sums to 0.
-template <class L, class E, class T>
-void sum_to(L& l, T* out, E const& e, launch_options o = {}) {
-  static_assert(std::is_same_v<space_of_t<E>, cuda_space> || std::is_void_v<space_of_t<E>>,
-                "gradix::grid::sum: the expression reads host memory; every leaf of a device "
-                "expression must be a cuda_space view");
-  static_assert(std::is_same_v<T, value_type_t<E>>, "gradix::grid::sum: out must have the expression's value type");
-  index_t n = e.shape().size();
-  index_t tiles = (n + sum_tile - 1) / sum_tile;
+/// Reduces Arg over axes Mask into the sink `final` of the last pass: outputs x n elements.
+template <class Op, axis_mask Mask, class L, class Arg, class FinalSink>
+void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink const& final, launch_options o) {
+  using T = value_type_t<Arg>;
+  index_t tiles = (n + reduce_tile - 1) / reduce_tile;
   if (tiles <= 1) {
-    using K = sum_tiles_kernel<E, T>;
-    static_assert(std::is_trivially_copyable_v<K>, "gradix::grid::sum: a kernel must be trivially copyable");
-    detail::launch_tiles(l, K{e, out, n, 1}, 1, o);
+    launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, FinalSink>{arg, final, outputs, n, 1}, outputs, o);
     return;
   }
-  // pass 1 into a, then tiles of a into b, b into a, ... until one value is left (into out)
-  detail::scratch<L> a(l, std::size_t(tiles) * sizeof(T));
-  detail::scratch<L> b(l, std::size_t((tiles + sum_tile - 1) / sum_tile) * sizeof(T));
-  {
-    using K = sum_tiles_kernel<E, T>;
-    detail::launch_tiles(l, K{e, a.template as<T>(), n, tiles}, tiles, o);
-  }
-  using PV = tensor_view<T const, shape<dyn>, row_major, cuda_space>;
-  using KP = sum_tiles_kernel<PV, T>;
+  // pass 1 into a, then the partials of a into b, b into a, ... until one per output is left
+  index_t const t2 = (tiles + reduce_tile - 1) / reduce_tile;
+  scratch<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
+  scratch<L> b(l, std::size_t(outputs * t2) * sizeof(T));
+  launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, to_partials<T>>{arg, {a.template as<T>()}, outputs, n, tiles},
+               outputs * tiles, o);
+  using PV = tensor_view<T const, shape<dyn, dyn>, row_major, cuda_space>;
   T* src = a.template as<T>();
   T* dst = b.template as<T>();
   index_t m = tiles;
   while (true) {
-    index_t next = (m + sum_tile - 1) / sum_tile;
-    T* to = next == 1 ? out : dst;
-    detail::launch_tiles(l, KP{PV(src, dims(m)), to, m, next}, next, o);
-    if (next == 1) return;
+    index_t next = (m + reduce_tile - 1) / reduce_tile;
+    PV pv(src, dims(outputs, m));
+    if (next == 1) {
+      launch_items(l, reduce_tiles_kernel<Op, 2, PV, T, FinalSink>{pv, final, outputs, m, 1}, outputs, o);
+      return;
+    }
+    launch_items(l, reduce_tiles_kernel<Op, 2, PV, T, to_partials<T>>{pv, {dst}, outputs, m, next}, outputs * next, o);
     m = next;
     T* t = src;
     src = dst;
     dst = t;
   }
+}
+
+template <class E>
+inline constexpr bool device_expression = std::is_same_v<space_of_t<E>, cuda_space> || std::is_void_v<space_of_t<E>>;
+}  // namespace detail
+
+/// dst = the reduction r (a sum, mean or max node over chosen axes or all axes, with or
+/// without keep_dims) as block-then-grid kernels with fixed bits (see the file comment).
+/// dst must have r's shape (checked by the caller).
+template <class L, class DV, class Op, class Arg, axis_mask Mask, bool Keep>
+void reduce_into(L& l, DV const& dst, reduce_node<Op, Arg, Mask, Keep> const& r, launch_options o = {}) {
+  constexpr std::size_t R = shape_of_t<Arg>::rank;
+  auto const ext = r.arg_.shape().extents();
+  index_t n = 1, outputs = 1;
+  for (std::size_t j = 0; j < R; ++j) {
+    if ((Mask >> j) & 1) n *= ext[j];
+    else outputs *= ext[j];
+  }
+  if (outputs == 0) return;
+  using T = value_type_t<Arg>;
+  constexpr bool mean = std::is_same_v<Op, op::mean_of>;
+  detail::reduce_passes<typename detail::reduce_op<Op>::type, Mask>(l, r.arg_, outputs, n,
+                                                                    detail::to_destination<DV, mean, T>{dst, n}, o);
+}
+
+/// The sum of every element of e, written to *out (device memory) in l's order, with fixed
+/// bits. An empty e sums to 0.
+template <class L, class E, class T>
+void sum_to(L& l, T* out, E const& e, launch_options o = {}) {
+  static_assert(detail::device_expression<E>,
+                "gradix::grid::sum: the expression reads host memory; every leaf of a device "
+                "expression must be a cuda_space view");
+  static_assert(std::is_same_v<T, value_type_t<E>>, "gradix::grid::sum: out must have the expression's value type");
+  constexpr std::size_t R = shape_of_t<E>::rank;
+  constexpr axis_mask all = R == 0 ? 0 : (R >= 64 ? ~axis_mask(0) : (axis_mask(1) << R) - 1);
+  using OV = tensor_view<T, shape<>, row_major, cuda_space>;
+  detail::reduce_passes<op::sum_of, all>(l, e, 1, e.shape().size(), detail::to_destination<OV, false, T>{OV(out, shape<>{}), 1},
+                                         o);
 }
 
 /// The sum of every element of e on l's device, returned to the host (waits for it).
