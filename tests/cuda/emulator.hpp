@@ -60,6 +60,7 @@ class context {
   void atomic_add(T* p, T v) const {
     *p += v;
   }
+  void atomic_min(long long* p, long long v) const { *p = v < *p ? v : *p; }
   void sync() const;
 
  private:

@@ -8,6 +8,7 @@
 #include <gradix/backend/grid/assign.hpp>
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
+#include <gradix/backend/grid/scatter.hpp>
 #include <gradix/gradix.hpp>
 
 #include <cuda_runtime.h>
@@ -66,6 +67,20 @@ void run_all(L& l, float const* x, float const* b, float* out, std::vector<float
   l.copy_to_host(col_sums.data(), out, col_sums.size() * sizeof(float));
 }
 
+/// Scatters the rows of x (rows x cols, device memory at x) at the indices idx (device
+/// memory, n of them) into a zeroed 40 x cols table (device memory at table) with mode m, and
+/// returns the table on the host.
+template <class L>
+std::vector<float> scatter(L& l, float const* x, std::int64_t const* idx, index_t n, float* table, gx::grid::scatter_mode m) {
+  l.fill_zero(table, 40 * cols * sizeof(float));
+  auto tv = gx::view<gx::row_major, gx::cuda_space>(table, gx::dims(40, cols));
+  auto src = gx::view<gx::row_major, gx::cuda_space>(x, gx::dims(n, cols));
+  gx::grid::scatter_add_rows(l, tv, idx, n, 1, src, m, "gradix::test", {128, 0});
+  std::vector<float> r(40 * cols);
+  l.copy_to_host(r.data(), table, r.size() * sizeof(float));
+  return r;
+}
+
 }  // namespace
 
 int main() {
@@ -99,6 +114,21 @@ int main() {
   expect(bits(emu_sums[0]) == bits(emu_sums[1]) && bits(emu_sums[1]) == bits(emu_sums[2]),
          "emulator sum: the same bits for three launch shapes");
 
+  // scatter: 301 rows into 40 (Zipf-like skew: low ids repeat most)
+  std::vector<std::int64_t> idx(rows);
+  for (index_t i = 0; i < rows; ++i) idx[std::size_t(i)] = std::int64_t((i * i * 7) % 1601) / 41;
+  std::vector<float> emu_det, emu_atomic, table(40 * cols);
+  {
+    gradix_test::emu::launcher l;
+    emu_det = scatter(l, x.data(), idx.data(), rows, table.data(), gx::grid::scatter_mode::deterministic);
+    emu_atomic = scatter(l, x.data(), idx.data(), rows, table.data(), gx::grid::scatter_mode::atomic);
+  }
+  for (std::size_t i = 0; i < emu_det.size(); ++i)
+    if (std::abs(emu_det[i] - emu_atomic[i]) > 1e-4f * (1 + std::abs(emu_det[i]))) {
+      expect(false, "emulator: atomic and deterministic scatters agree");
+      break;
+    }
+
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: ran the emulator half only (%d failures)\n", failures);
@@ -127,6 +157,40 @@ int main() {
       break;
     }
   expect(dx.download()(7) == x[7], "device_tensor round trip");
+  {
+    gx::tensor<std::int64_t, V> hidx(gx::dims(rows), idx);
+    auto didx = gx::grid::device_tensor<std::int64_t, V, gx::cuda::launcher>::from_host(l, hidx);
+    auto dtable = gx::grid::device_tensor<float, V, gx::cuda::launcher>(l, gx::dims(40 * cols));
+    for (int rep = 0; rep < 3; ++rep) {
+      auto det = scatter(l, dx.data(), didx.data(), rows, dtable.data(), gx::grid::scatter_mode::deterministic);
+      auto at = scatter(l, dx.data(), didx.data(), rows, dtable.data(), gx::grid::scatter_mode::atomic);
+      for (std::size_t i = 0; i < det.size(); ++i) {
+        if (bits(det[i]) != bits(emu_det[i])) {
+          expect(false, "device deterministic scatter has the emulator's bits");
+          break;
+        }
+        if (std::abs(at[i] - emu_det[i]) > 1e-4f * (1 + std::abs(emu_det[i]))) {
+          expect(false, "device atomic scatter is close to the deterministic one");
+          break;
+        }
+      }
+    }
+    // an out-of-range index: an error, the table unchanged
+    std::int64_t bad = 40;
+    l.copy_to_device(didx.data() + 5, &bad, sizeof bad);
+    std::vector<float> before(40 * cols), after(40 * cols);
+    l.copy_to_host(before.data(), dtable.data(), before.size() * sizeof(float));
+    bool threw = false;
+    try {
+      gx::grid::scatter_add_rows(l, gx::view<gx::row_major, gx::cuda_space>(dtable.data(), gx::dims(40, cols)), didx.data(), rows, 1,
+                                 gx::view<gx::row_major, gx::cuda_space>(dx.cview().data(), gx::dims(rows, cols)),
+                                 gx::grid::scatter_mode::atomic, "gradix::test");
+    } catch (gx::error const& e) {
+      threw = std::strcmp(e.what(), "gradix::test: index 40 (position 5) is out of range for axis 0 of extent 40") == 0;
+    }
+    l.copy_to_host(after.data(), dtable.data(), after.size() * sizeof(float));
+    expect(threw && before == after, "device validation: out-of-range index reported, nothing written");
+  }
   l.synchronize();
   // an error from CUDA becomes a gradix::error naming the call
   bool threw = false;

@@ -75,6 +75,13 @@ struct device_context {
     *p += v;
 #endif
   }
+  GRADIX_HOST_DEVICE void atomic_min(long long* p, long long v) const {
+#if defined(__CUDA_ARCH__)
+    atomicMin(p, v);
+#else
+    *p = v < *p ? v : *p;
+#endif
+  }
 };
 
 /// The entry point of every gradix kernel.

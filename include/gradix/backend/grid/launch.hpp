@@ -19,6 +19,7 @@
 ///                        reach the same barriers in the same order)
 ///     c.template shared<T>()   the block's shared memory (launch_shape::shared_bytes)
 ///     c.atomic_add(p, v) *p += v, atomically with respect to every other thread of the grid
+///     c.atomic_min(p, v) *p = min(*p, v) for long long, atomically
 ///
 /// Two launchers run such kernels: gradix::cuda::launcher (backend/cuda/launch.hpp) on a GPU,
 /// in a stream, and the host grid emulator of the tests (tests/cuda/emulator.hpp), which runs

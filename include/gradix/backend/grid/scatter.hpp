@@ -1,0 +1,219 @@
+#pragma once
+/// \file
+/// Scatter-add of rows on a device grid, the device half of an index operation's backward:
+/// dst[idx[i], :] += src(i, :) for i < n. Two modes:
+///
+/// - `scatter_mode::atomic`: one thread per (i, column), an atomic add into dst. Fast; with
+///   repeated indices the order of the additions, hence the last bits, may change between
+///   runs on a GPU.
+/// - `scatter_mode::deterministic`: the pairs (idx[i], i) are sorted (a bitonic network over
+///   global memory: the keys are unique, so every correct sort gives one order), then one
+///   thread per (target row, column) adds the rows of its segment in the order of i, starting
+///   from 0, and adds that sum into dst once. The same bits on every run, launch shape and
+///   block order.
+///
+/// Before anything is written, a validation kernel checks every index against dst's row
+/// count and records the first bad position (atomic min); the host reads it and throws the
+/// host backend's message, `gradix::<op>: index v (position k) is out of range for axis a of
+/// extent n`, with dst unchanged.
+
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/reduce.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/expr/node.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace gradix::grid {
+
+enum class scatter_mode { atomic, deterministic };
+
+/// *first_bad_ = the smallest position k < n_ whose index idx_[k * stride_] is outside
+/// [0, extent_) (left as it is when there is none).
+template <class I>
+struct index_check_kernel {
+  static constexpr bool uses_barriers = false;
+  I const* idx_;
+  index_t stride_;
+  index_t n_;
+  index_t extent_;
+  long long* first_bad_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    for (index_t k = grid_first(c); k < n_; k += grid_step(c)) {
+      I v = idx_[k * stride_];
+      bool ok;
+      if constexpr (std::is_signed_v<I>) ok = v >= 0 && static_cast<long long>(v) < static_cast<long long>(extent_);
+      else ok = static_cast<unsigned long long>(v) < static_cast<unsigned long long>(extent_);
+      if (!ok) c.atomic_min(first_bad_, static_cast<long long>(k));
+    }
+  }
+};
+
+/// Checks the n indices at idx (every stride-th element, device memory) against extent on
+/// l's device; throws gradix::error naming op, the first bad position and value, the axis and
+/// the extent. Waits for the device (it reads the result).
+template <class L, class I>
+void validate_indices(L& l, I const* idx, index_t n, index_t stride, index_t extent, char const* op, std::size_t axis,
+                      launch_options o = {}) {
+  static_assert(std::is_integral_v<I>, "gradix::grid::validate_indices: indices must be integers");
+  if (n == 0) return;
+  detail::scratch<L> flag(l, sizeof(long long));
+  long long const none = static_cast<long long>(PTRDIFF_MAX);
+  l.copy_to_device(flag.p_, &none, sizeof none);
+  using K = index_check_kernel<I>;
+  l.launch(shape_for(n, o, l.max_threads()), K{idx, stride, n, extent, flag.template as<long long>()});
+  long long first = none;
+  l.copy_to_host(&first, flag.p_, sizeof first);
+  if (first != none) {
+    I v{};
+    l.copy_to_host(&v, idx + first * stride, sizeof v);
+    ::gradix::detail::fail(op, ": index ", v, " (position ", first, ") is out of range for axis ", axis, " of extent ",
+                           extent);
+  }
+}
+
+/// A (target, position) pair of the deterministic scatter's sort.
+struct scatter_key {
+  index_t target;
+  index_t pos;
+};
+
+namespace detail {
+GRADIX_HOST_DEVICE constexpr bool key_less(scatter_key a, scatter_key b) {
+  return a.target < b.target || (a.target == b.target && a.pos < b.pos);
+}
+}  // namespace detail
+
+/// keys_[p] = (idx[p], p) for p < n_, (max, p) for the padding up to m_.
+template <class I>
+struct scatter_keys_kernel {
+  static constexpr bool uses_barriers = false;
+  I const* idx_;
+  index_t stride_;
+  index_t n_;
+  index_t m_;
+  scatter_key* keys_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    for (index_t p = grid_first(c); p < m_; p += grid_step(c))
+      keys_[p] = scatter_key{p < n_ ? index_t(idx_[p * stride_]) : index_t(PTRDIFF_MAX), p};
+  }
+};
+
+/// One compare-exchange step (j, k) of a bitonic sort of m_ (a power of two) keys.
+struct bitonic_step_kernel {
+  static constexpr bool uses_barriers = false;
+  scatter_key* keys_;
+  index_t m_;
+  index_t j_;
+  index_t k_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    for (index_t i = grid_first(c); i < m_; i += grid_step(c)) {
+      index_t const l = i ^ j_;
+      if (l <= i) continue;
+      bool const up = (i & k_) == 0;
+      scatter_key a = keys_[i], b = keys_[l];
+      if (up == detail::key_less(b, a)) {
+        keys_[i] = b;
+        keys_[l] = a;
+      }
+    }
+  }
+};
+
+/// For each segment head s (s == 0 or a new target) and column d: the sum, in position order
+/// from 0, of src(pos, d) over the segment, added into dst(target, d).
+template <class DV, class E>
+struct segment_sum_kernel {
+  static constexpr bool uses_barriers = false;
+  DV dst_;
+  E src_;
+  scatter_key const* keys_;
+  index_t n_;
+  index_t cols_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    using T = typename DV::value_type;
+    ev::evaluator<E> ev(src_);
+    index_t const total = n_ * cols_;
+    for (index_t q = grid_first(c); q < total; q += grid_step(c)) {
+      index_t const s = q / cols_, d = q % cols_;
+      index_t const t = keys_[s].target;
+      if (s > 0 && keys_[s - 1].target == t) continue;
+      T acc = T(0);
+      for (index_t r = s; r < n_ && keys_[r].target == t; ++r) acc += T(ev(coord<2>{keys_[r].pos, d}));
+      dst_[coord<2>{t, d}] += acc;
+    }
+  }
+};
+
+/// dst(idx[i], d) += src(i, d) with an atomic add per element.
+template <class DV, class E, class I>
+struct atomic_scatter_kernel {
+  static constexpr bool uses_barriers = false;
+  DV dst_;
+  E src_;
+  I const* idx_;
+  index_t stride_;
+  index_t n_;
+  index_t cols_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    using T = typename DV::value_type;
+    ev::evaluator<E> ev(src_);
+    index_t const total = n_ * cols_;
+    for (index_t q = grid_first(c); q < total; q += grid_step(c)) {
+      index_t const i = q / cols_, d = q % cols_;
+      c.atomic_add(&dst_[coord<2>{index_t(idx_[i * stride_]), d}], T(ev(coord<2>{i, d})));
+    }
+  }
+};
+
+/// dst[idx[i], :] += src(i, :) for the n indices at idx (device memory, every stride-th
+/// element); dst is a rank-2 device view (rows x columns, any layout), src a device
+/// expression of shape [n, columns]. Validates every index first (nothing is written when
+/// one is out of range; `op` names the operation in the message). See the file comment for
+/// the modes.
+template <class L, class DT, class DS, class DL, class I, class E>
+void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
+                      E const& src, scatter_mode mode, char const* op = "gradix::scatter_add", launch_options o = {}) {
+  static_assert(DS::rank == 2 && shape_of_t<E>::rank == 2,
+                "gradix::grid::scatter_add_rows: dst and src are rank 2 (rows x columns)");
+  static_assert(detail::device_expression<E>,
+                "gradix::grid::scatter_add_rows: src reads host memory; every leaf must be a cuda_space view");
+  auto const se = src.shape().extents();
+  if (se[0] != n || se[1] != dst.extent(1))
+    ::gradix::detail::fail(op, ": the source rows have shape ", to_string(src.shape()), " for ", n,
+                           " indices into rows of ", dst.extent(1), " columns");
+  validate_indices(l, idx, n, stride, dst.extent(0), op, 0, o);
+  index_t const cols = dst.extent(1);
+  if (n == 0 || cols == 0) return;
+  using DV = tensor_view<DT, DS, DL, cuda_space>;
+  if (mode == scatter_mode::atomic) {
+    l.launch(shape_for(n * cols, o, l.max_threads()), atomic_scatter_kernel<DV, E, I>{dst, src, idx, stride, n, cols});
+    return;
+  }
+  index_t m = 1;
+  while (m < n) m *= 2;
+  detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
+  scatter_key* const kp = keys.template as<scatter_key>();
+  l.launch(shape_for(m, o, l.max_threads()), scatter_keys_kernel<I>{idx, stride, n, m, kp});
+  for (index_t k = 2; k <= m; k *= 2)
+    for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+  l.launch(shape_for(n * cols, o, l.max_threads()), segment_sum_kernel<DV, E>{dst, src, kp, n, cols});
+}
+
+}  // namespace gradix::grid
