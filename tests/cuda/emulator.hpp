@@ -125,6 +125,7 @@ class launcher {
   }
   void copy_to_host(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   void copy_to_device(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+  void copy_device_to_device(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
   void synchronize() {}
 

@@ -7,6 +7,7 @@
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
+#include <gradix/backend/grid/sparse.hpp>
 #include <gradix/gradix.hpp>
 
 #include <doctest/doctest.h>
@@ -513,4 +514,88 @@ TEST_CASE("grid::scatter_add_rows: an out-of-range index is found before anythin
   // a source of the wrong shape
   m = error_of([&] { gx::grid::scatter_add_rows(l, dv, idx2.data(), 3, 2, sv, gx::grid::scatter_mode::atomic); });
   CHECK(m == "gradix::scatter_add: the source rows have shape [4, 3] for 3 indices into rows of 3 columns");
+}
+
+// ---------------------------------------------------------------------------------------
+// Sparse row gradient storage on the device (backend/grid/sparse.hpp).
+
+TEST_CASE("grid::device_sparse_rows: slots on the device, the rows touched and no more, fixed bits") {
+  index_t const rows = 700, cols = 6;
+  // three calls: Zipf-like ids, then some new and some repeated, then an empty call
+  std::vector<std::vector<std::int64_t>> calls(3);
+  std::uint64_t s = 9;
+  for (index_t i = 0; i < 400; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    calls[0].push_back(std::int64_t(std::pow(double(rows), double(s >> 11) / double(1ull << 53))) - 1);
+  }
+  for (index_t i = 0; i < 90; ++i) calls[1].push_back((i * 53 + 11) % rows);
+  std::vector<std::vector<float>> srcs;
+  for (auto const& c : calls) {
+    std::vector<float> v(c.size() * std::size_t(cols));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 31 + c.size()) % 211) / 211.0f - 0.5f;
+    srcs.push_back(v);
+  }
+  // the host reference: per call and row, the rows summed in position order from 0, added once
+  std::vector<float> want(std::size_t(rows * cols), 0.0f);
+  std::vector<bool> touched(std::size_t(rows), false);
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    auto const& c = calls[k];
+    for (index_t t = 0; t < rows; ++t) {
+      bool any = false;
+      std::vector<float> acc(std::size_t(cols), 0.0f);
+      for (std::size_t i = 0; i < c.size(); ++i)
+        if (c[i] == t) {
+          any = true;
+          for (index_t d = 0; d < cols; ++d) acc[std::size_t(d)] += srcs[k][i * std::size_t(cols) + std::size_t(d)];
+        }
+      if (any) {
+        touched[std::size_t(t)] = true;
+        for (index_t d = 0; d < cols; ++d) want[std::size_t(t * cols + d)] += acc[std::size_t(d)];
+      }
+    }
+  }
+  index_t const ntouched = index_t(std::count(touched.begin(), touched.end(), true));
+  std::vector<std::int32_t> first_ids;
+  for (index_t threads : {32, 256})
+    for (bool shuffle : {false, true}) {
+      options o;
+      o.shuffle_blocks = shuffle;
+      o.reverse_threads = shuffle;
+      launcher l(o);
+      {
+        gx::grid::device_sparse_rows<float, launcher> g(l, rows, cols);
+        for (int round = 0; round < 2; ++round) {  // the second round after zero(): memory reused
+          for (std::size_t k = 0; k < calls.size(); ++k) {
+            auto sv = gx::view<gx::row_major, gx::cuda_space>(srcs[k].data(), gx::dims(index_t(calls[k].size()), cols));
+            g.scatter_add(calls[k].data(), index_t(calls[k].size()), 1, sv * 1.0f, "gradix::test", {threads, 3});
+          }
+          INFO("threads " << threads << ", shuffled " << shuffle << ", round " << round);
+          CHECK(g.size() == ntouched);
+          auto ids = g.ids();
+          std::vector<std::int32_t> sorted = ids;
+          std::sort(sorted.begin(), sorted.end());
+          CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());  // each row once
+          for (std::int32_t id : ids) REQUIRE(touched[std::size_t(id)]);
+          if (first_ids.empty()) first_ids = ids;
+          CHECK(ids == first_ids);  // the same slots whatever the launch
+          auto d = g.download_dense();
+          for (index_t i = 0; i < rows * cols; ++i) REQUIRE(bits(d.data()[i]) == bits(want[std::size_t(i)]));
+          index_t cap = g.capacity();
+          CHECK(cap <= rows);
+          g.zero();
+          CHECK(g.size() == 0);
+          CHECK(g.capacity() == cap);
+          auto z = g.download_dense();
+          for (index_t i = 0; i < z.size(); ++i) REQUIRE(z.data()[i] == 0.0f);
+        }
+        // an out-of-range index: an error, nothing stored
+        std::vector<std::int64_t> bad{1, 2, rows};
+        std::vector<float> bsrc(3 * cols, 1.0f);
+        auto bv = gx::view<gx::row_major, gx::cuda_space>(bsrc.data(), gx::dims(3, cols));
+        std::string m = error_of([&] { g.scatter_add(bad.data(), 3, 1, bv, "gradix::embedding"); });
+        CHECK(m == "gradix::embedding: index 700 (position 2) is out of range for axis 0 of extent 700");
+        CHECK(g.size() == 0);
+      }
+      CHECK(l.live_allocations() == 0);
+    }
 }

@@ -9,6 +9,7 @@
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
+#include <gradix/backend/grid/sparse.hpp>
 #include <gradix/gradix.hpp>
 
 #include <cuda_runtime.h>
@@ -123,6 +124,17 @@ int main() {
     emu_det = scatter(l, x.data(), idx.data(), rows, table.data(), gx::grid::scatter_mode::deterministic);
     emu_atomic = scatter(l, x.data(), idx.data(), rows, table.data(), gx::grid::scatter_mode::atomic);
   }
+  gx::tensor<float, gx::shape<gx::dyn, gx::dyn>> emu_sparse;
+  std::vector<std::int32_t> emu_ids;
+  {
+    gradix_test::emu::launcher l;
+    gx::grid::device_sparse_rows<float, gradix_test::emu::launcher> g(l, 40, cols);
+    auto src = gx::view<gx::row_major, gx::cuda_space>(x.data(), gx::dims(rows, cols));
+    g.scatter_add(idx.data(), rows, 1, src, "gradix::test");
+    g.scatter_add(idx.data() + 100, 50, 1, gx::index(src, gx::range(0, 50), gx::all), "gradix::test");
+    emu_sparse = g.download_dense();
+    emu_ids = g.ids();
+  }
   for (std::size_t i = 0; i < emu_det.size(); ++i)
     if (std::abs(emu_det[i] - emu_atomic[i]) > 1e-4f * (1 + std::abs(emu_det[i]))) {
       expect(false, "emulator: atomic and deterministic scatters agree");
@@ -174,6 +186,16 @@ int main() {
           break;
         }
       }
+    }
+    {
+      gx::grid::device_sparse_rows<float, gx::cuda::launcher> g(l, 40, cols);
+      auto src = gx::view<gx::row_major, gx::cuda_space>(dx.cview().data(), gx::dims(rows, cols));
+      g.scatter_add(didx.cview().data(), rows, 1, src, "gradix::test");
+      g.scatter_add(didx.cview().data() + 100, 50, 1, gx::index(src, gx::range(0, 50), gx::all), "gradix::test");
+      auto d = g.download_dense();
+      bool same = g.ids() == emu_ids;
+      for (index_t i = 0; i < d.size(); ++i) same = same && bits(d.data()[i]) == bits(emu_sparse.data()[i]);
+      expect(same, "device sparse storage: the emulator's slots and bits");
     }
     // an out-of-range index: an error, the table unchanged
     std::int64_t bad = 40;

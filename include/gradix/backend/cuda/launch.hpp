@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace gradix::cuda {
 
@@ -70,7 +71,13 @@ struct device_context {
   template <class T>
   GRADIX_HOST_DEVICE void atomic_add(T* p, T v) const {
 #if defined(__CUDA_ARCH__)
-    atomicAdd(p, v);
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8) {
+      // (no signed 64-bit atomicAdd: two's complement addition is the unsigned one)
+      atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+    } else {
+      static_assert(sizeof(T) >= 4, "gradix::cuda: atomic_add needs an element type of 4 or 8 bytes");
+      atomicAdd(p, v);
+    }
 #else
     *p += v;
 #endif
@@ -121,6 +128,9 @@ class launcher {
   }
   void copy_to_device(void* dst, void const* src, std::size_t bytes) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (host to device)");
+  }
+  void copy_device_to_device(void* dst, void const* src, std::size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device to device)");
   }
   void fill_zero(void* p, std::size_t bytes) { check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync"); }
   void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }

@@ -29,7 +29,8 @@
 ///     l.launch(launch_shape, kernel)          enqueue (in order with everything else on l)
 ///     l.allocate(bytes) / l.deallocate(p)     device memory, ordered like launches
 ///     l.copy_to_host(dst, src, bytes)         waits for what was enqueued before it
-///     l.copy_to_device(dst, src, bytes), l.fill_zero(p, bytes)
+///     l.copy_to_device(dst, src, bytes), l.copy_device_to_device(dst, src, bytes),
+///     l.fill_zero(p, bytes)
 ///     l.max_threads()                         the largest block the device takes
 
 #include "gradix/config.hpp"
@@ -64,6 +65,10 @@ struct launch_options {
   index_t max_blocks = 0;
 };
 
+/// The most blocks a gradix launch uses when launch_options does not bound them (well
+/// inside CUDA's 2^31 - 1; the loops are grid-stride loops, so any count covers the work).
+inline constexpr index_t max_grid_blocks = index_t(1) << 20;
+
 /// The launch shape of a grid-stride loop over n items (at least one block).
 GRADIX_HOST_DEVICE constexpr launch_shape shape_for(index_t n, launch_options o, index_t max_threads,
                                                     std::size_t shared_bytes = 0) {
@@ -71,7 +76,7 @@ GRADIX_HOST_DEVICE constexpr launch_shape shape_for(index_t n, launch_options o,
   if (t > max_threads) t = max_threads;
   index_t b = (n + t - 1) / t;
   if (b < 1) b = 1;
-  index_t cap = o.max_blocks > 0 ? o.max_blocks : index_t(65535) * 16;
+  index_t cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
   if (b > cap) b = cap;
   return {b, t, shared_bytes};
 }

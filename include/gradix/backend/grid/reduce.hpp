@@ -141,7 +141,8 @@ void launch_items(L& l, K const& k, index_t items, launch_options o) {
   index_t const t = reduce_threads(o, l.max_threads());
   index_t const warps = t / reduce_lanes;
   index_t b = (items + warps - 1) / warps;
-  if (o.max_blocks > 0 && b > o.max_blocks) b = o.max_blocks;
+  index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+  if (b > cap) b = cap;
   if (b < 1) b = 1;
   l.launch(launch_shape{b, t, std::size_t(t) * sizeof(typename K::value_type)}, k);
 }
