@@ -1,0 +1,144 @@
+// Device bandwidth of gradix's grid kernels (backend/grid) on a GPU, against the device's own
+// copy bandwidth measured in the same run: a device-to-device cudaMemcpy, one assign (out =
+// x * 2 + y), the fixed-bits sum, and the scatter-add of rows (atomic and deterministic) at
+// the founding benchmark's size (5000 rows of 64 into 65,535) and at a bandwidth-bound size
+// (1,048,576 rows of 64). Medians of --reps timed runs (CUDA events) after a warm-up. Prints a
+// table and one JSON line. With --check, also checks that the deterministic scatter gives the
+// same bits twice and is close to the atomic one. Without a CUDA device it exits 77.
+//
+// Usage: bench_cuda_kernels [--reps R] [--check]
+#include <gradix/backend/cuda/launch.hpp>
+#include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/memory.hpp>
+#include <gradix/backend/grid/reduce.hpp>
+#include <gradix/backend/grid/scatter.hpp>
+#include <gradix/gradix.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace gx = gradix;
+using gx::index_t;
+using L = gx::cuda::launcher;
+using V = gx::shape<gx::dyn>;
+
+namespace {
+
+/// Median milliseconds of reps runs of f (after one warm-up), timed with CUDA events.
+template <class F>
+double time_ms(L& l, int reps, F&& f) {
+  f();
+  gx::cuda::check(cudaStreamSynchronize(l.stream()), "cudaStreamSynchronize");
+  cudaEvent_t a, b;
+  gx::cuda::check(cudaEventCreate(&a), "cudaEventCreate");
+  gx::cuda::check(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    gx::cuda::check(cudaEventRecord(a, l.stream()), "cudaEventRecord");
+    f();
+    gx::cuda::check(cudaEventRecord(b, l.stream()), "cudaEventRecord");
+    gx::cuda::check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float ms = 0;
+    gx::cuda::check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct row {
+  std::string name;
+  double ms;
+  double bytes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  bool check = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--check") == 0) check = true;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("bench_cuda_kernels: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  gx::cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  L l;
+  std::vector<row> rows;
+  int failures = 0;
+
+  index_t const n = index_t(1) << 26;  // 64 Mi floats, 256 MiB
+  std::vector<float> hx(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) hx[std::size_t(i)] = float((i * 7919) % 1000) / 1000.0f;
+  auto x = gx::grid::device_tensor<float, V, L>::from_host(l, gx::tensor<float, V>(gx::dims(n), hx));
+  auto y = gx::grid::device_tensor<float, V, L>::zeros(l, gx::dims(n));
+  auto out = gx::grid::device_tensor<float, V, L>(l, gx::dims(n));
+  double const nb = double(n) * sizeof(float);
+  rows.push_back({"copy (device to device)", time_ms(l, reps, [&] { l.copy_device_to_device(out.data(), x.data(), std::size_t(nb)); }), 2 * nb});
+  rows.push_back({"assign out = x * 2 + y", time_ms(l, reps, [&] { gx::grid::assign(l, out.view(), x.cview() * 2.0f + y.cview()); }), 3 * nb});
+  gx::grid::device_tensor<float, gx::shape<>, L> s(l, gx::shape<>{});
+  rows.push_back({"sum (fixed bits)", time_ms(l, reps, [&] { gx::grid::sum_to(l, s.data(), x.cview()); }), nb});
+
+  // scatter-add of rows: the founding benchmark's per-term size, and a bandwidth-bound one
+  for (index_t k : {index_t(5000), index_t(1) << 20}) {
+    index_t const vocab = 65535, d = 64;
+    std::vector<std::uint16_t> hidx(static_cast<std::size_t>(k));
+    for (index_t i = 0; i < k; ++i) hidx[std::size_t(i)] = std::uint16_t((i * 40503u) % vocab);
+    gx::tensor<std::uint16_t, V> ti(gx::dims(k), hidx);
+    auto idx = gx::grid::device_tensor<std::uint16_t, V, L>::from_host(l, ti);
+    auto table = gx::grid::device_tensor<float, V, L>::zeros(l, gx::dims(vocab * d));
+    auto tv = gx::view<gx::row_major, gx::cuda_space>(table.data(), gx::dims(vocab, d));
+    auto src = gx::view<gx::row_major, gx::cuda_space>(x.cview().data(), gx::dims(k, d));
+    double const bytes = double(k) * d * sizeof(float) * 3 + double(k) * sizeof(std::uint16_t);
+    for (auto mode : {gx::grid::scatter_mode::atomic, gx::grid::scatter_mode::deterministic}) {
+      std::string name = std::string("scatter ") + std::to_string(k) + " x 64 into 65535 rows, " +
+                         (mode == gx::grid::scatter_mode::atomic ? "atomic" : "deterministic");
+      rows.push_back({name, time_ms(l, reps, [&] { gx::grid::scatter_add_rows(l, tv, idx.data(), k, 1, src, mode); }), bytes});
+    }
+    if (check) {
+      auto once = [&](gx::grid::scatter_mode m) {
+        l.fill_zero(table.data(), table.bytes());
+        gx::grid::scatter_add_rows(l, tv, idx.data(), k, 1, src, m);
+        return table.download();
+      };
+      auto d1 = once(gx::grid::scatter_mode::deterministic), d2 = once(gx::grid::scatter_mode::deterministic);
+      auto a1 = once(gx::grid::scatter_mode::atomic);
+      bool same = std::memcmp(d1.data(), d2.data(), std::size_t(d1.size()) * sizeof(float)) == 0;
+      bool close = true;
+      for (index_t i = 0; i < d1.size(); ++i)
+        close = close && std::abs(d1.data()[i] - a1.data()[i]) <= 1e-4f * (1 + std::abs(d1.data()[i]));
+      std::printf("check scatter %ld: deterministic twice the same bits: %s; atomic close: %s\n", long(k),
+                  same ? "yes" : "NO", close ? "yes" : "NO");
+      failures += !same + !close;
+    }
+  }
+
+  double const copy_gbs = rows[0].bytes / rows[0].ms / 1e6;
+  std::printf("device: %s\n\n| kernel | ms | GB/s | of copy |\n| --- | ---: | ---: | ---: |\n", prop.name);
+  std::string json = std::string("{\"bench\":\"cuda_kernels\",\"device\":\"") + prop.name + "\",\"rows\":[";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    double gbs = rows[i].bytes / rows[i].ms / 1e6;
+    std::printf("| %s | %.4f | %.0f | %.2f |\n", rows[i].name.c_str(), rows[i].ms, gbs, gbs / copy_gbs);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"ms\":%.5f,\"gbs\":%.1f}", i ? "," : "", rows[i].name.c_str(),
+                  rows[i].ms, gbs);
+    json += buf;
+  }
+  json += "],\"failures\":" + std::to_string(failures) + "}";
+  std::printf("\n%s\n", json.c_str());
+  return failures ? 1 : 0;
+}
