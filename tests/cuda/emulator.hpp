@@ -12,9 +12,14 @@
 //   barrier: on a GPU that is undefined behaviour, here it is found.
 // - Threads of a kernel without barriers run one after another, in order or reversed (the
 //   `reverse_threads` option), since nothing may depend on the order of threads.
-// - Shared memory is one buffer per block, filled with a NaN-like byte pattern before each
-//   block (0xA5), so a kernel that reads shared memory it did not write gets garbage, as on
-//   a GPU. "Device" memory is host memory (allocate / deallocate count what is live).
+// - Shared memory is one buffer per block, filled with the byte 0xFF before each block (NaN
+//   as float or double, -1 as an integer), so a kernel that reads shared memory it did not
+//   write gets garbage, as on a GPU; so does newly allocated memory. "Device" memory is host
+//   memory (allocate / deallocate count what is live).
+// - Between barriers, threads resume in ascending order in even rounds and descending in odd
+//   ones; threads that wait at different sync() calls (call sites) are an error.
+// - Fiber stacks (64 KiB, pooled) have no guard page: a kernel that overflows one corrupts
+//   memory silently (kernels here keep small frames).
 // - atomic_add is a plain add: fibers switch only at barriers, so it is atomic here.
 #include <gradix/backend/grid/launch.hpp>
 #include <gradix/core/error.hpp>
@@ -28,6 +33,7 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <source_location>
 #include <utility>
 #include <vector>
 
@@ -61,7 +67,9 @@ class context {
     *p += v;
   }
   void atomic_min(long long* p, long long v) const { *p = v < *p ? v : *p; }
-  void sync() const;
+  /// Barrier; the call site is recorded, so that threads waiting at different sync() calls
+  /// are reported (undefined behaviour on a GPU).
+  void sync(std::source_location site = std::source_location::current()) const;
 
  private:
   friend class launcher;
@@ -95,16 +103,19 @@ class launcher {
     if (o_.shuffle_blocks) shuffle(order);
     std::vector<unsigned char> shared((s.shared_bytes + 15) / 16 * 16 + 16);
     for (index_t b : order) {
-      std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xA5));
+      std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));
       if constexpr (K::uses_barriers) {
         run_block_fibers(s, b, shared.data(), k);
       } else {
         for (index_t i = 0; i < s.threads; ++i) {
           index_t t = o_.reverse_threads ? s.threads - 1 - i : i;
           context c = make_context(s, b, t, shared.data());
+          struct flag_guard {
+            bool& f;
+            ~flag_guard() { f = false; }
+          } guard{in_barrier_free_};
           in_barrier_free_ = true;
           k(c);
-          in_barrier_free_ = false;
         }
       }
     }
@@ -113,7 +124,7 @@ class launcher {
   void* allocate(std::size_t bytes) {
     void* p = std::malloc(bytes ? bytes : 1);
     if (!p) gradix::detail::fail("grid emulator: allocate(", bytes, ") failed");
-    std::memset(p, 0xA5, bytes);  // uninitialised device memory is garbage
+    std::memset(p, 0xFF, bytes);  // uninitialised device memory is garbage (NaN, -1)
     live_.push_back({p, bytes});
     return p;
   }
@@ -144,6 +155,7 @@ class launcher {
     boost::context::fiber sink;  // the scheduler, while the thread runs
     bool done = false;
     std::exception_ptr error;
+    unsigned line = 0, column = 0;  // of the sync() call it waits at
   };
 
   context make_context(gradix::grid::launch_shape s, index_t b, index_t t, unsigned char* shared) {
@@ -171,8 +183,9 @@ class launcher {
   template <class K>
   void run_block_fibers(gradix::grid::launch_shape s, index_t b, unsigned char* shared, K const& k) {
     namespace bc = boost::context;
-    std::vector<fiber_thread> th(std::size_t(s.threads));
+    // (ctx first: the suspended fibers, unwound when th goes, still refer to it)
     std::vector<context> ctx(std::size_t(s.threads));
+    std::vector<fiber_thread> th(std::size_t(s.threads));
     for (index_t t = 0; t < s.threads; ++t) {
       ctx[std::size_t(t)] = make_context(s, b, t, shared);
       fiber_thread* me = &th[std::size_t(t)];
@@ -190,11 +203,14 @@ class launcher {
         return std::move(me->sink);
       });
     }
-    // Rounds: run every live thread until it reaches its next barrier or ends.
+    // Rounds: run every live thread until it reaches its next barrier or ends, in ascending
+    // thread order in even rounds and descending in odd ones (so a race between two threads
+    // of one phase comes out both ways).
     index_t round = 0;
     while (true) {
       index_t waiting = 0, ended = 0;
-      for (index_t t = 0; t < s.threads; ++t) {
+      for (index_t i = 0; i < s.threads; ++i) {
+        index_t const t = round % 2 == 0 ? i : s.threads - 1 - i;
         fiber_thread& x = th[std::size_t(t)];
         if (x.done) {
           ++ended;
@@ -211,14 +227,20 @@ class launcher {
       if (ended > 0)
         gradix::detail::fail("grid emulator: barrier divergence in block ", b, ": ", waiting, " of ", s.threads,
                              " threads wait at barrier ", round + 1, " while ", ended, " have ended");
+      for (auto const& x : th)
+        if (x.line != th[0].line || x.column != th[0].column)
+          gradix::detail::fail("grid emulator: barrier divergence in block ", b, ": at barrier ", round + 1,
+                               " threads wait at different sync() calls (line ", th[0].line, " and line ", x.line, ")");
       ++round;
     }
   }
 
-  void at_barrier() {
+  void at_barrier(std::source_location const& site) {
     if (in_barrier_free_ || !current_)
       gradix::detail::fail("grid emulator: sync() in a kernel that declares uses_barriers = false");
     fiber_thread& x = *current_;
+    x.line = site.line();
+    x.column = site.column();
     x.sink = std::move(x.sink).resume();
   }
 
@@ -230,6 +252,6 @@ class launcher {
   bool in_barrier_free_ = false;
 };
 
-inline void context::sync() const { l_->at_barrier(); }
+inline void context::sync(std::source_location site) const { l_->at_barrier(site); }
 
 }  // namespace gradix_test::emu

@@ -449,7 +449,6 @@ void check_scatter(std::vector<std::int64_t> const& idx, index_t rows, index_t c
   for (std::size_t i = 0; i < dst0.size(); ++i) dst0[i] = float(i % 13) * 0.25f;
   auto const want = scatter_reference(dst0, idx, src, cols);
   auto sv = gx::view<gx::row_major, gx::cuda_space>(src.data(), gx::dims(n, cols));
-  std::vector<float> first;
   for (auto mode : {gx::grid::scatter_mode::deterministic, gx::grid::scatter_mode::atomic})
     for (index_t threads : {32, 256})
       for (index_t max_blocks : {1, 7, 0})
@@ -598,4 +597,92 @@ TEST_CASE("grid::device_sparse_rows: slots on the device, the rows touched and n
       }
       CHECK(l.live_allocations() == 0);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Found in review: aliasing, call sites of barriers, a throwing kernel, moved-from tensors.
+
+namespace {
+/// Odd threads wait at one sync() call, even ones at another.
+struct split_barrier_kernel {
+  static constexpr bool uses_barriers = true;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    if (c.thread() % 2) c.sync();
+    else c.sync();
+  }
+};
+struct throwing_kernel {
+  static constexpr bool uses_barriers = false;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    if (c.thread() == 1) gx::detail::fail("kernel failed");
+  }
+};
+/// A race: thread t reads the slot of its neighbour (t + 1, or t - 1 with Left) in the same
+/// phase as the neighbour writes it, with no barrier between. Left runs after one barrier.
+template <bool Left>
+struct racy_kernel {
+  static constexpr bool uses_barriers = true;
+  int* out_;
+  template <class Ctx>
+  void operator()(Ctx const& c) const {
+    int* sh = c.template shared<int>();
+    index_t const t = c.thread(), u = Left ? t - 1 : t + 1;
+    if constexpr (Left) c.sync();
+    sh[t] = int(t);
+    out_[t] = u >= 0 && u < c.threads() ? sh[u] : int(u);
+    c.sync();
+  }
+};
+}  // namespace
+
+TEST_CASE("emulator: different sync() sites, a racy kernel, and a throwing kernel") {
+  launcher l;
+  std::string m = error_of([&] { l.launch({1, 8, 0}, split_barrier_kernel{}); });
+  CHECK(m.find("threads wait at different sync() calls") != std::string::npos);
+  // both directions of a race within a phase show: the neighbour has not written yet, and
+  // the slot still holds the 0xFF fill (-1)
+  std::vector<int> out(16, -5);
+  l.launch({1, 16, 16 * sizeof(int)}, racy_kernel<false>{out.data()});
+  CHECK(out[3] == -1);
+  l.launch({1, 16, 16 * sizeof(int)}, racy_kernel<true>{out.data()});
+  CHECK(out[3] == -1);
+  m = error_of([&] { l.launch({1, 4, 0}, throwing_kernel{}); });
+  CHECK(m == "kernel failed");
+  // the launcher still runs kernels with barriers afterwards
+  std::vector<int> in(64), nb(64);
+  for (int i = 0; i < 64; ++i) in[std::size_t(i)] = i;
+  l.launch({2, 32, 32 * sizeof(int)}, neighbour_kernel{in.data(), nb.data()});
+  CHECK(nb[31] == 0);
+  CHECK(nb[32] == 33);
+}
+
+TEST_CASE("grid::assign: x = transpose(x) and a reduction into its own argument go through a temporary") {
+  launcher l;
+  std::vector<float> x(16 * 16);
+  for (int i = 0; i < 256; ++i) x[std::size_t(i)] = float(i);
+  auto xv = gx::view<gx::row_major, gx::cuda_space>(x.data(), gx::dims(16, 16));
+  gx::grid::assign(l, xv, gx::transpose(xv) + 1.0f);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) REQUIRE(x[std::size_t(i * 16 + j)] == float(j * 16 + i) + 1.0f);
+  CHECK(l.live_allocations() == 0);
+  // row 0 = the column sums of the 300 x 16 matrix it is part of (block reduction path)
+  std::vector<float> y(300 * 16, 1.0f), want(16, 300.0f);
+  auto yv = gx::view<gx::row_major, gx::cuda_space>(y.data(), gx::dims(300, 16));
+  gx::grid::assign(l, gx::view<gx::row_major, gx::cuda_space>(y.data(), gx::dims(16)), gx::sum<0>(yv));
+  for (int j = 0; j < 16; ++j) REQUIRE(y[std::size_t(j)] == 300.0f);
+  // x = x * 2 (in place, the identity map): no temporary
+  index_t before = l.launches();
+  gx::grid::assign(l, xv, xv * 2.0f);
+  CHECK(l.launches() == before + 1);
+  CHECK(x[1] == 2.0f * (16.0f + 1.0f));
+}
+
+TEST_CASE("grid::device_tensor: a moved-from tensor holds nothing") {
+  launcher l;
+  auto a = gx::grid::make_device_tensor<float>(l, gx::dims(4));
+  auto b = std::move(a);
+  std::string m = error_of([&] { (void)a.download(); });
+  CHECK(m == "gradix::device_tensor::download: the tensor was moved from and holds no memory");
 }

@@ -71,8 +71,9 @@ struct device_context {
   template <class T>
   GRADIX_HOST_DEVICE void atomic_add(T* p, T v) const {
 #if defined(__CUDA_ARCH__)
-    if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8) {
-      // (no signed 64-bit atomicAdd: two's complement addition is the unsigned one)
+    if constexpr (std::is_integral_v<T> && sizeof(T) == 8) {
+      // (atomicAdd's only 8-byte integer is unsigned long long; int64_t and uint64_t are
+      // long and unsigned long here, and two's complement addition is the unsigned one)
       atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
     } else {
       static_assert(sizeof(T) >= 4, "gradix::cuda: atomic_add needs an element type of 4 or 8 bytes");
@@ -110,6 +111,7 @@ class launcher {
 
   template <class K>
   void launch(grid::launch_shape s, K const& k) {
+    (void)cudaGetLastError();  // an earlier error (a failed, caught allocation) is not this launch's
     run_kernel<K><<<unsigned(s.blocks), unsigned(s.threads), s.shared_bytes, stream_>>>(k);
     check(cudaGetLastError(), "kernel launch");
   }

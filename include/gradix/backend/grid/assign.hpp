@@ -7,6 +7,7 @@
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/reduce.hpp"
+#include "gradix/api/checks.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/view.hpp"
@@ -49,10 +50,29 @@ inline constexpr bool device_operand = std::is_same_v<space_of_t<E>, cuda_space>
 /// evaluator's fixed order. Both orders depend on the shapes alone, never on the launch.
 inline constexpr index_t block_reduce_min = 256;
 
+namespace detail {
+template <class L, class DT, class DS, class DL, class E>
+void assign_direct(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, launch_options o) {
+  if constexpr (is_reduce_node<E>::value) {
+    index_t const n = e.arg_.shape().size() / dst.size();
+    if (n >= block_reduce_min) {
+      reduce_into(l, dst, e, o);
+      return;
+    }
+  }
+  using K = assign_kernel<tensor_view<DT, DS, DL, cuda_space>, E>;
+  static_assert(std::is_trivially_copyable_v<K>, "gradix::grid::assign: a kernel must be trivially copyable");
+  l.launch(shape_for(dst.size(), o, l.max_threads()), K{dst, e});
+}
+}  // namespace detail
+
 /// Evaluates e into dst on the launcher's device, in its order: one fused kernel (a large
 /// reduction at the root: block-then-grid kernels, see block_reduce_min). dst must have e's
-/// shape (checked: gradix::error naming both, nothing written). The expression's
-/// leaves and dst must be in CUDA memory (a compile error otherwise).
+/// shape (checked: gradix::error naming both, nothing launched). The expression's leaves and
+/// dst must be in CUDA memory (a compile error otherwise). When e reads dst's memory other
+/// than at the element being written (`x = transpose(x)`, an overlapping view), e is first
+/// evaluated into a device temporary, then copied: the result is that of evaluating e before
+/// anything is written, as on the host.
 template <class L, class DT, class DS, class DL, class E>
 void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, launch_options o = {}) {
   static_assert(!std::is_const_v<DT>, "gradix::grid::assign: the destination view is read-only");
@@ -65,16 +85,14 @@ void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, la
     ::gradix::detail::fail("gradix::grid::assign: destination shape ", to_string(dst.shape()),
                            " differs from expression shape ", to_string(e.shape()));
   if (dst.size() == 0) return;
-  if constexpr (is_reduce_node<E>::value) {
-    index_t const n = dst.size() == 0 ? 0 : e.arg_.shape().size() / dst.size();
-    if (n >= block_reduce_min) {
-      reduce_into(l, dst, e, o);
-      return;
-    }
+  if (::gradix::detail::aliases(dst, e)) {
+    detail::scratch<L> tmp(l, std::size_t(dst.size()) * sizeof(DT));
+    tensor_view<DT, DS, row_major, cuda_space> tv(tmp.template as<DT>(), dst.shape());
+    detail::assign_direct(l, tv, e, o);
+    detail::assign_direct(l, dst, tensor_view<DT const, DS, row_major, cuda_space>(tv), o);
+    return;
   }
-  using K = assign_kernel<tensor_view<DT, DS, DL, cuda_space>, E>;
-  static_assert(std::is_trivially_copyable_v<K>, "gradix::grid::assign: a kernel must be trivially copyable");
-  l.launch(shape_for(dst.size(), o, l.max_threads()), K{dst, e});
+  detail::assign_direct(l, dst, e, o);
 }
 
 }  // namespace gradix::grid

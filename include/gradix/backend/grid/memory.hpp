@@ -19,8 +19,9 @@
 namespace gradix::grid {
 
 /// A tensor of T with shape Shape and layout Layout (row_major or col_major) in the device
-/// memory of launcher L. Move-only. Its elements are uninitialised until written (zeros()
-/// clears them).
+/// memory of launcher L. Move-only (a moved-from tensor holds nothing: upload and download
+/// throw). Its elements are uninitialised until written (zeros() clears them). The launcher
+/// must outlive the tensor (its memory goes back through it).
 template <class T, class Shape, class L, class Layout = row_major>
 class device_tensor {
   static_assert(element<T>, "gradix::device_tensor: the element type must be an arithmetic type other than bool");
@@ -78,6 +79,7 @@ class device_tensor {
   /// Copies host tensor h (same shape and layout) into this tensor, in the launcher's order.
   /// A shape mismatch is a gradix::error naming both shapes; nothing is copied then.
   void upload(tensor<T, Shape, Layout> const& h) {
+    check_held("upload");
     if (!(h.shape() == shape_))
       ::gradix::detail::fail("gradix::device_tensor::upload: host shape ", to_string(h.shape()),
                              " differs from device shape ", to_string(shape_));
@@ -85,12 +87,17 @@ class device_tensor {
   }
   /// A host copy of the elements (waits for everything enqueued before it).
   tensor<T, Shape, Layout> download() const {
+    check_held("download");
     tensor<T, Shape, Layout> h(shape_, ::gradix::detail::uninit);
     l_->copy_to_host(h.data(), p_, bytes());
     return h;
   }
 
  private:
+  void check_held(char const* what) const {
+    if (!p_ && size() > 0)
+      ::gradix::detail::fail("gradix::device_tensor::", what, ": the tensor was moved from and holds no memory");
+  }
   void release() {
     if (p_) l_->deallocate(p_);
     p_ = nullptr;
