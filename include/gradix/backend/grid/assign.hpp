@@ -39,11 +39,6 @@ struct assign_kernel {
   }
 };
 
-namespace detail {
-template <class E>
-inline constexpr bool device_operand = std::is_same_v<space_of_t<E>, cuda_space> || std::is_void_v<space_of_t<E>>;
-}  // namespace detail
-
 /// A reduction at the root of an assign whose outputs each reduce at least this many
 /// elements runs as block-then-grid kernels (backend/grid/reduce.hpp); smaller ones, and
 /// reductions inside an expression, are computed per output element by one thread in the
@@ -76,7 +71,7 @@ void assign_direct(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const
 template <class L, class DT, class DS, class DL, class E>
 void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, launch_options o = {}) {
   static_assert(!std::is_const_v<DT>, "gradix::grid::assign: the destination view is read-only");
-  static_assert(detail::device_operand<E>,
+  static_assert(detail::device_expression<E>,
                 "gradix::grid::assign: the expression reads host memory; every leaf of a device "
                 "expression must be a cuda_space view");
   static_assert(shape_of_t<E>::rank == DS::rank,

@@ -132,12 +132,19 @@ struct bitonic_step_kernel {
   }
 };
 
+/// Row destinations of segment_sum_kernel: element (target, d) of a rank-2 view ...
+template <class DV>
+struct view_rows {
+  DV dst_;
+  GRADIX_HOST_DEVICE typename DV::value_type& at(index_t t, index_t d) const { return dst_[coord<2>{t, d}]; }
+};
+
 /// For each segment head s (s == 0 or a new target) and column d: the sum, in position order
-/// from 0, of src(pos, d) over the segment, added into dst(target, d).
-template <class DV, class E>
+/// from 0, of src(pos, d) over the segment, added into dst_.at(target, d).
+template <class Dest, class E, class T>
 struct segment_sum_kernel {
   static constexpr bool uses_barriers = false;
-  DV dst_;
+  Dest dst_;
   E src_;
   scatter_key const* keys_;
   index_t n_;
@@ -145,7 +152,6 @@ struct segment_sum_kernel {
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    using T = typename DV::value_type;
     ev::evaluator<E> ev(src_);
     index_t const total = n_ * cols_;
     for (index_t q = grid_first(c); q < total; q += grid_step(c)) {
@@ -154,10 +160,27 @@ struct segment_sum_kernel {
       if (s > 0 && keys_[s - 1].target == t) continue;
       T acc = T(0);
       for (index_t r = s; r < n_ && keys_[r].target == t; ++r) acc += T(ev(coord<2>{keys_[r].pos, d}));
-      dst_[coord<2>{t, d}] += acc;
+      dst_.at(t, d) += acc;
     }
   }
 };
+
+namespace detail {
+/// The number of keys the sort works on: n rounded up to a power of two.
+constexpr index_t key_count(index_t n) {
+  index_t m = 1;
+  while (m < n) m *= 2;
+  return m;
+}
+/// Writes the (idx[p], p) keys of the n indices, padded to m = key_count(n), into kp and
+/// sorts them (bitonic network, one launch per step).
+template <class L, class I>
+void sort_keys(L& l, scatter_key* kp, index_t m, I const* idx, index_t n, index_t stride, launch_options o) {
+  l.launch(shape_for(m, o, l.max_threads()), scatter_keys_kernel<I>{idx, stride, n, m, kp});
+  for (index_t k = 2; k <= m; k *= 2)
+    for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+}
+}  // namespace detail
 
 /// dst(idx[i], d) += src(i, d) with an atomic add per element.
 template <class DV, class E, class I>
@@ -206,14 +229,12 @@ void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I co
     l.launch(shape_for(n * cols, o, l.max_threads()), atomic_scatter_kernel<DV, E, I>{dst, src, idx, stride, n, cols});
     return;
   }
-  index_t m = 1;
-  while (m < n) m *= 2;
+  index_t const m = detail::key_count(n);
   detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
   scatter_key* const kp = keys.template as<scatter_key>();
-  l.launch(shape_for(m, o, l.max_threads()), scatter_keys_kernel<I>{idx, stride, n, m, kp});
-  for (index_t k = 2; k <= m; k *= 2)
-    for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
-  l.launch(shape_for(n * cols, o, l.max_threads()), segment_sum_kernel<DV, E>{dst, src, kp, n, cols});
+  detail::sort_keys(l, kp, m, idx, n, stride, o);
+  l.launch(shape_for(n * cols, o, l.max_threads()),
+           segment_sum_kernel<view_rows<DV>, E, DT>{{dst}, src, kp, n, cols});
 }
 
 }  // namespace gradix::grid

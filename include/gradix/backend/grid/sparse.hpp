@@ -127,31 +127,13 @@ struct bump_count_kernel {
   }
 };
 
-/// Per segment head and column: the segment's rows of src summed in position order from 0,
-/// added into the row's slot.
-template <class T, class E>
-struct sparse_segment_sum_kernel {
-  static constexpr bool uses_barriers = false;
+/// ... or of a row's slot in sparse storage (segment_sum_kernel, backend/grid/scatter.hpp).
+template <class T>
+struct slot_rows {
   T* data_;
   std::int32_t const* slot_of_;
-  E src_;
-  scatter_key const* keys_;
-  index_t n_;
   index_t cols_;
-  GRADIX_KERNEL_BODY
-  template <class Ctx>
-  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    ev::evaluator<E> ev(src_);
-    index_t const total = n_ * cols_;
-    for (index_t q = grid_first(c); q < total; q += grid_step(c)) {
-      index_t const s = q / cols_, d = q % cols_;
-      index_t const t = keys_[s].target;
-      if (s > 0 && keys_[s - 1].target == t) continue;
-      T acc = T(0);
-      for (index_t r = s; r < n_ && keys_[r].target == t; ++r) acc += T(ev(coord<2>{keys_[r].pos, d}));
-      data_[index_t(slot_of_[t]) * cols_ + d] += acc;
-    }
-  }
+  GRADIX_HOST_DEVICE T& at(index_t t, index_t d) const { return data_[index_t(slot_of_[t]) * cols_ + d]; }
 };
 
 /// For k < *count_: slot_of_[ids_[k]] = -1; then (thread 0, in a later launch) *count_ = 0.
@@ -214,14 +196,11 @@ class device_sparse_rows {
     index_t const bound = bound_ + n < rows_ ? bound_ + n : rows_;
     if (bound > capacity_) grow(bound);
     bound_ = bound;
-    index_t m = 1;
-    while (m < n) m *= 2;
+    index_t const m = detail::key_count(n);
     detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
     detail::scratch<L> rank(l, std::size_t(n) * sizeof(std::int32_t));
     scatter_key* const kp = keys.template as<scatter_key>();
-    l.launch(shape_for(m, o, l.max_threads()), scatter_keys_kernel<I>{idx, stride, n, m, kp});
-    for (index_t k = 2; k <= m; k *= 2)
-      for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+    detail::sort_keys(l, kp, m, idx, n, stride, o);
     index_t const st = detail::reduce_threads(o, l.max_threads());
     std::int32_t* const rk = rank.template as<std::int32_t>();
     l.launch(launch_shape{1, st, std::size_t(st) * sizeof(std::int32_t)},
@@ -229,7 +208,8 @@ class device_sparse_rows {
     l.launch(shape_for(n, o, l.max_threads()), assign_slots_kernel<T>{kp, slot_of_, ids_, data_, rk, count_, n, cols_});
     l.launch(launch_shape{1, 1, 0}, bump_count_kernel{count_, count_ + 1});
     if (cols_ > 0)
-      l.launch(shape_for(n * cols_, o, l.max_threads()), sparse_segment_sum_kernel<T, E>{data_, slot_of_, src, kp, n, cols_});
+      l.launch(shape_for(n * cols_, o, l.max_threads()),
+               segment_sum_kernel<slot_rows<T>, E, T>{{data_, slot_of_, cols_}, src, kp, n, cols_});
   }
 
   /// Forgets the stored rows (keeps the memory); touches only their map entries.
