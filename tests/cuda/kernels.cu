@@ -6,7 +6,9 @@
 
 #include <gradix/backend/cuda/launch.hpp>
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/backward.hpp>
 #include <gradix/backend/grid/memory.hpp>
+#include <gradix/backend/grid/param.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
 #include <gradix/backend/grid/sparse.hpp>
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace gx = gradix;
@@ -82,6 +85,26 @@ std::vector<float> scatter(L& l, float const* x, std::int64_t const* idx, index_
   return r;
 }
 
+
+/// The founding benchmark's backward at a small size on launcher L: sum(Eb(:, i) + Ea(:, at(j)))
+/// over sparse device parameters, in mode m. Returns Eb's gradient (dense, on the host) and
+/// writes the loss.
+template <class L>
+std::vector<float> founding_grad(L& l, gx::grid::scatter_mode m, float* loss) {
+  auto const ha = gx::randn<float, gx::col_major>(gx::dims(64, 1000), 1);
+  auto const hb = gx::randn<float, gx::col_major>(gx::dims(64, 300), 2);
+  gx::tensor<std::int32_t, gx::shape<gx::dyn>> hi(gx::dims(500));
+  for (index_t k = 0; k < 500; ++k) hi(k) = std::int32_t(((k * k * 7) % 1601) % 300);
+  using S2 = typename std::remove_cvref_t<decltype(ha)>::shape_type;
+  using DT = gx::grid::device_tensor<float, S2, L, gx::col_major>;
+  auto pa = gx::grid::param(DT::from_host(l, ha), gx::sparse_grad<1>);
+  auto pb = gx::grid::param(DT::from_host(l, hb), gx::sparse_grad<1>);
+  auto di = gx::grid::device_tensor<std::int32_t, gx::shape<gx::dyn>, L>::from_host(l, hi);
+  *loss = gx::grid::backward(l, gx::sum(pb(gx::all, gx::grid::indices(di)) + pa(gx::all, gx::at(17))), {m, {128, 0}});
+  auto const g = pb.grad().download();
+  return std::vector<float>(g.data(), g.data() + g.size());
+}
+
 }  // namespace
 
 int main() {
@@ -140,6 +163,14 @@ int main() {
       expect(false, "emulator: atomic and deterministic scatters agree");
       break;
     }
+
+  // the device backward of the founding benchmark's expression
+  float emu_loss = 0;
+  std::vector<float> emu_grad;
+  {
+    gradix_test::emu::launcher l;
+    emu_grad = founding_grad(l, gx::grid::scatter_mode::deterministic, &emu_loss);
+  }
 
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -212,6 +243,17 @@ int main() {
     }
     l.copy_to_host(after.data(), dtable.data(), after.size() * sizeof(float));
     expect(threw && before == after, "device validation: out-of-range index reported, nothing written");
+  }
+  {
+    float det_loss = 0, at_loss = 0;
+    auto const det = founding_grad(l, gx::grid::scatter_mode::deterministic, &det_loss);
+    auto const at = founding_grad(l, gx::grid::scatter_mode::atomic, &at_loss);
+    bool same = det.size() == emu_grad.size(), close = same;
+    for (std::size_t i = 0; same && i < det.size(); ++i) same = bits(det[i]) == bits(emu_grad[i]);
+    for (std::size_t i = 0; close && i < at.size(); ++i) close = std::abs(at[i] - det[i]) <= 1e-4f * (1 + std::abs(det[i]));
+    expect(same, "device backward, deterministic: the emulator's bits");
+    expect(close, "device backward, atomic: close to the deterministic gradient");
+    expect(std::abs(det_loss - emu_loss) <= 1e-4f * (1 + std::abs(emu_loss)), "device backward: the emulator's loss");
   }
   l.synchronize();
   // an error from CUDA becomes a gradix::error naming the call

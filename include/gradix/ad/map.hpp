@@ -264,29 +264,36 @@ constexpr auto compose_broadcast(tuple<Ax...> const& m) {
   }(std::make_index_sequence<SA::rank>{});
 }
 
+namespace detail {
+/// For each operand axis j of a reduction over Mask (rank RA): a kept axis, the node's
+/// component it reads (k); a reduced one, 1000 + Base + its number among the reduced axes
+/// (Count) or 1000 + Base (not Count). A namespace-scope constant, not a local one, so that
+/// nvcc's front end accepts it as a template argument inside the lambdas below.
+template <std::uint64_t Mask, bool Keep, std::size_t RA, std::size_t Base, bool Count>
+inline constexpr array<std::size_t, RA> reduce_sources_v = [] {
+  array<std::size_t, RA> r{};
+  std::size_t k = 0, q = 0;
+  for (std::size_t j = 0; j < RA; ++j) {
+    if ((Mask >> j) & 1) {
+      r[j] = 1000 + Base + (Count ? q++ : 0);
+      if (Keep) ++k;
+    } else {
+      r[j] = k++;
+    }
+  }
+  return r;
+}();
+}  // namespace detail
+
 /// Through a sum/mean reduce_node over Mask of an operand of rank RA: the reduced axes read
 /// new domain axes RD, RD + 1, ... (in axis order); the kept ones the node's components.
 template <std::uint64_t Mask, bool Keep, std::size_t RA, std::size_t RD, class... Ax>
 constexpr auto compose_reduce(tuple<Ax...> const& m) {
-  constexpr auto src = [] {
-    // for operand axis j: (is new domain axis, index)
-    array<std::size_t, RA> r{};
-    std::size_t k = 0, nd = 0;
-    for (std::size_t j = 0; j < RA; ++j) {
-      bool red = (Mask >> j) & 1;
-      if (red) {
-        r[j] = 1000 + RD + nd++;
-        if (Keep) ++k;
-      } else {
-        r[j] = k++;
-      }
-    }
-    return r;
-  }();
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
     [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-      if constexpr (src[K] >= 1000) return ax_dom<src[K] - 1000>{};
-      else return get<src[K]>(m);
+      constexpr std::size_t src = detail::reduce_sources_v<Mask, Keep, RA, RD, true>[K];
+      if constexpr (src >= 1000) return ax_dom<src - 1000>{};
+      else return get<src>(m);
     };
     return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
   }(std::make_index_sequence<RA>{});
@@ -304,24 +311,11 @@ constexpr auto compose_reshape(M const& m, array<index_t, RO> out_ext, array<ind
 /// node's components.
 template <std::uint64_t Mask, bool Keep, std::size_t RA, class Node, class... Ax>
 constexpr auto compose_argmax(Node const& node, tuple<Ax...> const& m) {
-  constexpr auto src = [] {
-    array<std::size_t, RA> r{};
-    std::size_t k = 0;
-    for (std::size_t j = 0; j < RA; ++j) {
-      bool red = (Mask >> j) & 1;
-      if (red) {
-        r[j] = 1000;
-        if (Keep) ++k;
-      } else {
-        r[j] = k++;
-      }
-    }
-    return r;
-  }();
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
     [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-      if constexpr (src[K] == 1000) return ax_argmax<Node, tuple<Ax...>, K>{0, 1, node, m};
-      else return get<src[K]>(m);
+      constexpr std::size_t src = detail::reduce_sources_v<Mask, Keep, RA, 0, false>[K];
+      if constexpr (src == 1000) return ax_argmax<Node, tuple<Ax...>, K>{0, 1, node, m};
+      else return get<src>(m);
     };
     return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
   }(std::make_index_sequence<RA>{});
@@ -340,24 +334,11 @@ constexpr auto compose_kept_argmax(index_t const* arg, array<index_t, RO> const&
     st[k] = s;
     s *= out_ext[k];
   }
-  constexpr auto src = [] {
-    array<std::size_t, RA> r{};
-    std::size_t k = 0, q = 0;
-    for (std::size_t j = 0; j < RA; ++j) {
-      if ((Mask >> j) & 1) {
-        r[j] = 1000 + q++;
-        if (Keep) ++k;
-      } else {
-        r[j] = k++;
-      }
-    }
-    return r;
-  }();
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
     [[maybe_unused]] auto comp = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-      if constexpr (src[K] >= 1000)
-        return ax_kept_argmax<tuple<Ax...>, K, RO>{0, 1, arg + (src[K] - 1000), st, m};
-      else return get<src[K]>(m);
+      constexpr std::size_t src = detail::reduce_sources_v<Mask, Keep, RA, 0, true>[K];
+      if constexpr (src >= 1000) return ax_kept_argmax<tuple<Ax...>, K, RO>{0, 1, arg + (src - 1000), st, m};
+      else return get<src>(m);
     };
     return make_tuple(comp(std::integral_constant<std::size_t, J>{})...);
   }(std::make_index_sequence<RA>{});

@@ -25,6 +25,12 @@
 
 namespace gradix::detail {
 
+/// A parameter leaf over device memory (backend/grid/param.hpp).
+template <class N>
+struct is_device_param_node : std::false_type {};
+template <class V, class G>
+struct is_device_param_node<param_node<V, G>> : std::is_same<typename V::space_type, cuda_space> {};
+
 /// Refreshes parameter leaves of e (a copy the API owns) from their parameters' values;
 /// throws gradix::error naming `op` when a parameter's shape changed.
 template <class N>
@@ -50,7 +56,13 @@ constexpr void prepare_leaves(N& e, char const* op) {
       }
     }
 #endif
-    if constexpr (is_param_node<L>::value) {
+    if constexpr (is_device_param_node<L>::value) {
+      // a device parameter (backend/grid/param.hpp): its value cannot be replaced, so the
+      // view stays valid; only the gradient storage's shape is checked
+      if (!(leaf.grad_->shape() == leaf.view_.shape()))
+        fail(op, ": a device parameter's value has shape ", to_string(leaf.view_.shape()),
+             " but its gradient storage has shape ", to_string(leaf.grad_->shape()));
+    } else if constexpr (is_param_node<L>::value) {
       auto const& v = *leaf.src_;
       if (!(v.shape() == leaf.view_.shape()))
         fail(op, ": a parameter's value now has shape ", to_string(v.shape()),

@@ -52,6 +52,11 @@ template <class I>
 struct unique_vec : index_vec<I> {
   static constexpr char const* name = "gather(unique)";
 };
+/// A vector of indices in device memory (`indices(view)` of a cuda_space view): a lookup as
+/// index_vec, validated when a device backend runs the expression (a validation kernel
+/// before anything is written, backend/grid/validate.hpp), not when it is built.
+template <class I>
+struct device_index_vec : index_vec<I> {};
 /// start, start + step, ... (`size_` values); an affine map.
 struct index_range {
   static constexpr char const* name = "slice";
@@ -79,6 +84,14 @@ template <class I>
 struct is_index_vec<index_vec<I>> : std::true_type {};
 template <class I>
 struct is_index_vec<unique_vec<I>> : std::true_type {};
+template <class I>
+struct is_index_vec<device_index_vec<I>> : std::true_type {};
+/// Whether an index kind reads device memory (its values are checked when a device backend
+/// runs the expression: backend/grid/validate.hpp).
+template <class Idx>
+struct is_device_index : std::false_type {};
+template <class I>
+struct is_device_index<device_index_vec<I>> : std::true_type {};
 
 namespace detail {
 template <class I>
@@ -138,6 +151,15 @@ constexpr index_vec<detail::index_elem_t<I>> indices(tensor_view<I, S, L, host_s
 #if defined(GRADIX_CHECK_LIFETIMES)
   r.gen_ = v.gen_;
 #endif
+  return r;
+}
+/// Indices in device memory: a rank-1 cuda_space view (`grid::indices(device_tensor)` makes
+/// one). Their values are checked when a device backend runs the expression.
+template <class I, class S, class L>
+constexpr device_index_vec<detail::index_elem_t<I>> indices(tensor_view<I, S, L, cuda_space> const& v) {
+  static_assert(S::rank == 1, "gradix::indices: an index view must have rank 1");
+  device_index_vec<detail::index_elem_t<I>> r{};
+  static_cast<index_vec<detail::index_elem_t<I>>&>(r) = detail::make_index_vec<I>(v.data(), v.size(), v.stride(0));
   return r;
 }
 /// Marks indices as free of duplicates (checked when applied: gradix::error otherwise), so
@@ -212,6 +234,10 @@ struct index_arg_type<tensor<I, S, L>> {
 template <class I, class S, class L>
 struct index_arg_type<tensor_view<I, S, L, host_space>> {
   using type = index_vec<index_elem_t<I>>;
+};
+template <class I, class S, class L>
+struct index_arg_type<tensor_view<I, S, L, cuda_space>> {
+  using type = device_index_vec<index_elem_t<I>>;
 };
 template <class X>
 using index_arg_t = typename index_arg_type<std::remove_cvref_t<X>>::type;
@@ -306,7 +332,9 @@ constexpr bool index_in_range(I v, index_t n) {
 
 template <class Idx>
 constexpr void validate_index(Idx const& idx, std::size_t axis, index_t n) {
-  if constexpr (is_index_vec<Idx>::value) {
+  if constexpr (is_device_index<Idx>::value) {
+    // device memory: checked by the device backend when the expression runs
+  } else if constexpr (is_index_vec<Idx>::value) {
     using I = typename Idx::index_type;
     // a branch-free min/max pass first (it vectorises); the search for the first bad index,
     // for the message, only runs when something is out of range

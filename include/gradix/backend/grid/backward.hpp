@@ -1,0 +1,204 @@
+#pragma once
+/// \file
+/// Reverse mode on a device grid: grid::backward, backward_only, grad and zero_grad for
+/// expressions over device parameters (backend/grid/param.hpp) and device views. The plan is
+/// the host's (`ad::plan`: the same compile-time recursion over the expression's type); only
+/// its kernels run on the device (backend/grid/update.hpp), in plan order, in the launcher's
+/// stream.
+///
+/// A call runs in three steps:
+///   1. validation: every gather by device indices is checked by a kernel (one host read per
+///      index vector); an out-of-range index throws the host's message before anything is
+///      written, so parameters and gradients stay as they were;
+///   2. the pre-pass: sparse storages reserve their slots on the device;
+///   3. the update kernels, one per parameter use (a fused pair or a multi_use: one per
+///      member).
+/// backward also evaluates the expression (grid::assign into a device scalar, the
+/// fixed-order reduction for a sum at the root) and returns its value, which waits for the
+/// device; backward_only does not wait.
+///
+/// Lookups (index vectors) add atomically by default; `backward_options{scatter_mode::
+/// deterministic}` sorts and sums segments instead, for the same bits on every run.
+/// Injective maps store without atomics in both modes.
+///
+/// Not on the device yet (a compile error that says so): plans with a buffered adjoint
+/// (matmul, softmax and other staged values, let, embedding_bag). The host keeps the value of
+/// a reduction read inside an expression in a buffer (api/saved.hpp); the device plan does
+/// not yet, and recomputes it where it is read: the same result, but each read costs the
+/// reduction's extent (docs/cuda.md).
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/ad/plan.hpp"
+#include "gradix/ad/product.hpp"
+#include "gradix/ad/save.hpp"
+#include "gradix/api/checks.hpp"
+#include "gradix/backend/grid/assign.hpp"
+#include "gradix/backend/grid/grad.hpp"
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/param.hpp"
+#include "gradix/backend/grid/reduce.hpp"
+#include "gradix/backend/grid/scatter.hpp"
+#include "gradix/backend/grid/update.hpp"
+#include "gradix/backend/grid/validate.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/tuple.hpp"
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::grid {
+
+/// How a device backward runs: the store of non-injective (lookup) maps, and the launch shape.
+struct backward_options {
+  scatter_mode mode = scatter_mode::atomic;
+  launch_options launch = {};
+};
+
+namespace detail {
+template <class U>
+struct device_plan_element : std::false_type {};
+template <class D, class V, class M, class G>
+struct device_plan_element<ad::use<D, V, M, G>> : std::bool_constant<device_expression<V>> {};
+template <class U1, class U2>
+struct device_plan_element<ad::fused_use<U1, U2>>
+    : std::bool_constant<device_plan_element<U1>::value && device_plan_element<U2>::value> {};
+template <int I, class Top, class TMap, class V0, class... U>
+struct device_plan_element<ad::multi_use<I, Top, TMap, V0, U...>>
+    : std::bool_constant<device_expression<Top> && (std::is_same_v<V0, ad::no_v0> || device_expression<V0>)> {};
+
+template <class Plan>
+struct device_plan : std::false_type {};
+template <class... E>
+struct device_plan<tuple<E...>> : std::bool_constant<(device_plan_element<E>::value && ...)> {};
+
+/// The compile-time check of a device backward on expression E.
+template <class E>
+constexpr bool check_device_backward() {
+  static_assert(device_expression<E>,
+                "gradix::grid::backward: the expression reads host memory; every leaf of a device expression "
+                "must be a cuda_space view or a device parameter");
+  return device_expression<E>;
+}
+
+/// Runs a plan on l: prepare every element (sparse slots), then every element's kernels.
+template <class L, class Plan>
+void run_device_plan(L& l, Plan const& p, backward_options o) {
+  static_assert(device_plan<Plan>::value,
+                "gradix::grid::backward: the backward of this expression needs an adjoint buffer or host "
+                "memory (a matmul, softmax, embedding_bag, staged value or let); those plans are not on the "
+                "device yet (docs/cuda.md)");
+  if constexpr (device_plan<Plan>::value) {
+    for_each_element(p, [&](auto const& u) { prepare(l, u, o.launch); });
+    for_each_element(p, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+  }
+}
+
+/// Calls f on each plain use of a plan element that writes a parameter's gradient.
+template <class U, class F>
+void for_each_device_use(U& u, F&& f) {
+  using D = std::remove_cvref_t<U>;
+  if constexpr (ad::is_fused<D>::value) {
+    f(u.first_);
+    f(u.second_);
+  } else if constexpr (ad::is_multi<D>::value) {
+    for_each_element(u.uses_, f);
+  } else {
+    f(u);
+  }
+}
+}  // namespace detail
+
+/// Evaluates the rank-0 device expression e, adds d e / d p into the gradient of every
+/// parameter p that e reads, and returns the value (waits for the device).
+template <class L, operand E>
+auto backward(L& l, E const& e_in, backward_options o = {}) {
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::backward");
+  using N = decltype(e);
+  static_assert(shape_of_t<N>::rank == 0,
+                "gradix::grid::backward: the expression is not rank 0 (reduce it to a scalar first)");
+  using T = value_type_t<N>;
+  if constexpr (detail::check_device_backward<N>()) {
+    validate_expression(l, e, o.launch);
+    detail::scratch<L> out(l, sizeof(T));
+    tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
+    assign(l, ov, e, o.launch);
+    detail::run_device_plan(l, ad::plan(e), o);
+    T v{};
+    l.copy_to_host(&v, out.p_, sizeof v);
+    return v;
+  } else {
+    return T{};
+  }
+}
+
+/// Like backward(l, e), without computing the value (does not wait for the device, unless e
+/// gathers by device indices: their validation reads one flag each).
+template <class L, operand E>
+void backward_only(L& l, E const& e_in, backward_options o = {}) {
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::backward_only");
+  using N = decltype(e);
+  static_assert(shape_of_t<N>::rank == 0,
+                "gradix::grid::backward_only: the expression is not rank 0 (reduce it to a scalar first)");
+  if constexpr (detail::check_device_backward<N>()) {
+    validate_expression(l, e, o.launch);
+    detail::run_device_plan(l, ad::plan(e), o);
+  }
+}
+
+/// Gradients of the rank-0 device expression e with respect to the given device parameters,
+/// as new device storage objects (of each parameter's kind); the parameters' own gradients
+/// are untouched. One parameter: its gradient; several: a std::tuple of them.
+template <class L, operand E, class... P>
+auto grad(L& l, E const& e_in, P const&... params) {
+  static_assert(sizeof...(P) > 0, "gradix::grid::grad: give at least one parameter");
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::grad");
+  using N = decltype(e);
+  static_assert(shape_of_t<N>::rank == 0, "gradix::grid::grad: the expression is not rank 0");
+  {
+    void const* addr[] = {static_cast<void const*>(&params.grad())...};
+    for (std::size_t a = 0; a < sizeof...(P); ++a)
+      for (std::size_t b = a + 1; b < sizeof...(P); ++b)
+        if (addr[a] == addr[b])
+          ::gradix::detail::fail("gradix::grid::grad: parameter ", a, " and parameter ", b,
+                                 " are the same parameter; give each parameter once");
+  }
+  auto const storage_of = [&](auto const& q) {
+    using G = typename std::remove_cvref_t<decltype(q)>::storage_type;
+    return G(l, q.shape());
+  };
+  std::tuple<typename P::storage_type...> out(storage_of(params)...);
+  if constexpr (detail::check_device_backward<N>()) {
+    validate_expression(l, e, backward_options{}.launch);
+    auto p = ad::plan(e);
+    for_each_element(p, [&](auto& pu) {
+      detail::for_each_device_use(pu, [&](auto& u) {
+        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
+        G* redirected = nullptr;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (([&] {
+             using GI = std::tuple_element_t<I, std::tuple<typename P::storage_type...>>;
+             if constexpr (std::is_same_v<G, GI>) {
+               auto const& param = std::get<I>(std::forward_as_tuple(params...));
+               if (u.target_ == &param.grad()) redirected = &std::get<I>(out);
+             }
+           }()),
+           ...);
+        }(std::index_sequence_for<P...>{});
+        u.target_ = redirected;  // uses of other parameters are skipped
+      });
+    });
+    detail::run_device_plan(l, p, backward_options{});
+  }
+  if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
+  else return out;
+}
+
+/// Clears the gradients of the given device parameters (dense: all of it; sparse: forgets the
+/// stored slices), in their launchers' order.
+template <class... P>
+void zero_grad(P&... params) {
+  (params.grad().zero(), ...);
+}
+
+}  // namespace gradix::grid

@@ -1,0 +1,420 @@
+#pragma once
+/// \file
+/// Device update kernels: run one `use` of a backward plan (ad/kernel.hpp) on a device grid.
+/// For every d of the use's domain D, add v(d) to the gradient storage at m(d). The plan types
+/// are the host's; only the loops differ (the host's are in backend/host/update.hpp).
+///
+/// Axes of D, from the use's type (ad::kernel_traits): projected axes reach no target axis and
+/// are summed inside a thread (or, when v does not depend on them, collapse to `extent x v`);
+/// the other axes are *outer*, one target element per outer coordinate. Among the outer axes,
+/// a *column* axis J reaches exactly one target component, as ax_dom<J> itself; the rest are
+/// *key* axes (index lookups, reshapes, an axis read twice). The store follows from the map:
+///
+/// - injective map (ad::kernel_traits::injective): one thread per outer coordinate, a plain
+///   `+=` (no two threads share a target element);
+/// - otherwise, `scatter_mode::atomic`: the same loop with an atomic add;
+/// - otherwise, `scatter_mode::deterministic`: the key coordinates are sorted by (target
+///   position of the key components, key coordinate), and one thread per (segment, column
+///   coordinate) adds the segment's values in key order, then stores once. With a key fixed,
+///   the column axes reach distinct target elements, so no two threads share one. The same
+///   bits on every run, launch shape and block order.
+///
+/// Sparse storage first reserves its slots on the device (`prepare`): the positions along the
+/// storage's axis that the use writes are sorted and given slots in position order
+/// (device_sparse_grad::reserve_sorted). Nothing proportional to a table's extent is touched.
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/ad/map.hpp"
+#include "gradix/ad/value.hpp"
+#include "gradix/backend/grid/grad.hpp"
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/reduce.hpp"
+#include "gradix/backend/grid/scatter.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/array.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/map.hpp"
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::grid {
+
+namespace detail {
+
+GRADIX_HOST_DEVICE constexpr std::uint64_t bit(std::size_t j) { return std::uint64_t(1) << j; }
+
+/// Sets the coordinates of d on the axes in mask to the k-th point of their row-major odometer
+/// (the last axis fastest, as the host's next_coord).
+template <std::size_t R>
+GRADIX_HOST_DEVICE constexpr void unravel_mask(coord<R>& d, array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
+  for (std::size_t j = R; j-- > 0;) {
+    if (!((mask >> j) & 1)) continue;
+    d[j] = k % ext[j];
+    k /= ext[j];
+  }
+}
+/// The number of points over the axes in mask.
+template <std::size_t R>
+constexpr index_t count_mask(array<index_t, R> const& ext, std::uint64_t mask) {
+  index_t n = 1;
+  for (std::size_t j = 0; j < R; ++j)
+    if ((mask >> j) & 1) n *= ext[j];
+  return n;
+}
+
+/// The offset of a target coordinate in a storage: strides, and along a sparse storage's axis
+/// the slot map (device pointers, copied into the kernel).
+template <std::size_t R, bool Sparse, std::size_t SAxis>
+struct target_address {
+  array<index_t, R> st_;
+  std::int32_t const* slots_;
+  GRADIX_HOST_DEVICE constexpr index_t offset(coord<R> const& t) const {
+    index_t off = 0;
+    for (std::size_t k = 0; k < R; ++k) {
+      index_t x = t[k];
+      if constexpr (Sparse) {
+        if (k == SAxis) x = slots_[x];
+      }
+      off += x * st_[k];
+    }
+    return off;
+  }
+};
+template <class G>
+using address_of_t = target_address<G::rank, G::sparse, G::axis>;
+template <class G>
+address_of_t<G> address_of(G const& g) {
+  address_of_t<G> a{g.strides(), nullptr};
+  if constexpr (G::sparse) a.slots_ = g.slot_map();
+  return a;
+}
+
+/// The axes of a use's domain, by role (see the file comment), as masks.
+template <class Use>
+struct use_axes {
+  using K = ad::kernel_traits<Use>;
+  using M = typename Use::map_type;
+  static constexpr std::size_t RD = K::domain_rank;
+  static constexpr std::size_t RT = K::target_rank;
+  static constexpr std::uint64_t all = ad::all_axes_v<RD>;
+  static constexpr std::uint64_t projected = K::projected_mask;
+  static constexpr std::uint64_t outer = all & ~projected;
+  static constexpr std::uint64_t column = [] {
+    std::uint64_t r = 0;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((r |= (ad::count_deps<M, J>::value == 1 && ad::dom_component<M, J>::value >= 0) ? bit(J) : 0), ...);
+    }(std::make_index_sequence<RD>{});
+    return r & outer;
+  }();
+  static constexpr std::uint64_t key = outer & ~column;
+  /// Whether a component that is ax_dom<j> (j >= 0; -1: another kind) is a column axis's.
+  static constexpr bool reached_by_column(int j) { return j >= 0 && ((column >> (j < 0 ? 0 : j)) & 1); }
+  /// The target components that no column axis reaches (those a key determines), as a mask.
+  static constexpr std::uint64_t key_components = [] {
+    std::uint64_t r = 0;
+    [&]<std::size_t... C>(std::index_sequence<C...>) {
+      ((r |= reached_by_column(ad::dom_component_of<M, C>::value) ? 0 : bit(C)), ...);
+    }(std::make_index_sequence<RT>{});
+    return r;
+  }();
+};
+
+/// The value of one outer coordinate d (projected coordinates summed in the odometer's
+/// order, or `extent x v` when v does not depend on them).
+template <class T, std::uint64_t P, bool Collapse, class VE, std::size_t R>
+GRADIX_HOST_DEVICE T outer_value(VE const& vev, coord<R>& d, array<index_t, R> const& ext, index_t n_proj) {
+  if constexpr (P == 0) {
+    return T(vev(d));
+  } else if constexpr (Collapse) {
+    return T(vev(d)) * T(n_proj);
+  } else {
+    using VT = std::remove_cvref_t<decltype(vev(d))>;
+    VT acc{};
+    for (index_t p = 0; p < n_proj; ++p) {
+      unravel_mask(d, ext, P, p);
+      acc += vev(d);
+    }
+    return T(acc);
+  }
+}
+
+}  // namespace detail
+
+/// One thread per outer coordinate: its value, stored (Atomic: added atomically) at m(d).
+template <class D, class V, class M, class T, class Addr, std::uint64_t P, bool Collapse, bool Atomic>
+struct update_kernel {
+  static constexpr bool uses_barriers = false;
+  D dom_;
+  V v_;
+  M map_;
+  T* data_;
+  Addr addr_;
+  index_t n_outer_;
+  index_t n_proj_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    constexpr std::uint64_t outer = ad::all_axes_v<RD> & ~P;
+    ev::evaluator<V> const vev(v_);
+    auto const ext = dom_.extents();
+    for (index_t k = grid_first(c); k < n_outer_; k += grid_step(c)) {
+      coord<RD> d{};
+      detail::unravel_mask(d, ext, outer, k);
+      T const s = detail::outer_value<T, P, Collapse>(vev, d, ext, n_proj_);
+      index_t const off = addr_.offset(ev::map_value(map_, d));
+      if constexpr (Atomic) c.atomic_add(data_ + off, s);
+      else data_[off] += s;
+    }
+  }
+};
+
+/// keys_[r] = (the linear target position of the key components at key coordinate r, r) for
+/// r < n_, (max, r) for the padding up to m_.
+template <class D, class M, std::uint64_t Key, std::size_t RT>
+struct use_keys_kernel {
+  static constexpr bool uses_barriers = false;
+  D dom_;
+  M map_;
+  array<index_t, RT> kst_;  // dense strides of the key components (0 for the others)
+  index_t n_;
+  index_t m_;
+  scatter_key* keys_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    auto const ext = dom_.extents();
+    for (index_t r = grid_first(c); r < m_; r += grid_step(c)) {
+      index_t key = index_t(PTRDIFF_MAX);
+      if (r < n_) {
+        coord<RD> d{};
+        detail::unravel_mask(d, ext, Key, r);
+        auto const t = ev::map_value(map_, d);
+        key = 0;
+        for (std::size_t k = 0; k < RT; ++k) key += t[k] * kst_[k];
+      }
+      keys_[r] = scatter_key{key, r};
+    }
+  }
+};
+
+/// For each segment head s of the sorted keys and column coordinate q: the sum, in key
+/// order, of the segment's values at q, stored once at m(d).
+template <class D, class V, class M, class T, class Addr, std::uint64_t Key, std::uint64_t Col, std::uint64_t P,
+          bool Collapse>
+struct use_segment_kernel {
+  static constexpr bool uses_barriers = false;
+  D dom_;
+  V v_;
+  M map_;
+  T* data_;
+  Addr addr_;
+  scatter_key const* keys_;
+  index_t n_keys_;
+  index_t n_cols_;
+  index_t n_proj_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    ev::evaluator<V> const vev(v_);
+    auto const ext = dom_.extents();
+    index_t const total = n_keys_ * n_cols_;
+    for (index_t q = grid_first(c); q < total; q += grid_step(c)) {
+      index_t const s = q / n_cols_, col = q % n_cols_;
+      index_t const t = keys_[s].target;
+      if (s > 0 && keys_[s - 1].target == t) continue;
+      coord<RD> d{};
+      detail::unravel_mask(d, ext, Col, col);
+      detail::unravel_mask(d, ext, Key, keys_[s].pos);
+      index_t const off = addr_.offset(ev::map_value(map_, d));
+      T acc = T(0);
+      for (index_t r = s; r < n_keys_ && keys_[r].target == t; ++r) {
+        detail::unravel_mask(d, ext, Key, keys_[r].pos);
+        acc += detail::outer_value<T, P, Collapse>(vev, d, ext, n_proj_);
+      }
+      data_[off] += acc;
+    }
+  }
+};
+
+/// keys_[p] = (component C of the map at the p-th point over the axes in Dep, p) for p < n_,
+/// (max, p) for the padding up to m_: the positions along a sparse storage's axis.
+template <class D, class M, std::size_t C, std::uint64_t Dep>
+struct slot_keys_kernel {
+  static constexpr bool uses_barriers = false;
+  D dom_;
+  M map_;
+  index_t n_;
+  index_t m_;
+  scatter_key* keys_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    auto const ext = dom_.extents();
+    for (index_t p = grid_first(c); p < m_; p += grid_step(c)) {
+      index_t pos = index_t(PTRDIFF_MAX);
+      if (p < n_) {
+        coord<RD> d{};
+        detail::unravel_mask(d, ext, Dep, p);
+        pos = ev::ax_value(get<C>(map_), d);
+      }
+      keys_[p] = scatter_key{pos, p};
+    }
+  }
+};
+
+/// The pre-pass of one use on the device: a sparse storage reserves the slots of the
+/// positions the use writes along its axis (a dense one needs nothing).
+template <class L, class Use>
+void prepare(L& l, Use const& u, launch_options o = {}) {
+  using G = typename Use::storage_type;
+  if constexpr (G::sparse) {
+    if (!u.target_) return;
+    using K = ad::kernel_traits<Use>;
+    constexpr std::size_t RD = K::domain_rank;
+    auto const ext = u.dom_.extents();
+    for (std::size_t j = 0; j < RD; ++j)
+      if (ext[j] == 0) return;
+    using C = ad::map_component_t<typename Use::map_type, G::axis>;
+    constexpr std::uint64_t dep = [] {
+      std::uint64_t r = 0;
+      [&]<std::size_t... J>(std::index_sequence<J...>) { ((r |= ad::depends_v<C, J> ? detail::bit(J) : 0), ...); }(
+          std::make_index_sequence<RD>{});
+      return r;
+    }();
+    index_t const n = detail::count_mask(ext, dep);
+    index_t const m = detail::key_count(n);
+    detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
+    scatter_key* const kp = keys.template as<scatter_key>();
+    using D = typename Use::domain_type;
+    using MT = typename Use::map_type;
+    l.launch(shape_for(m, o, l.max_threads()), slot_keys_kernel<D, MT, G::axis, dep>{u.dom_, u.map_, n, m, kp});
+    for (index_t k = 2; k <= m; k *= 2)
+      for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+    u.target_->reserve_sorted(kp, n, o);
+  }
+}
+
+/// Runs one use on the device (after prepare), in mode `mode` when its map is not injective.
+template <class L, class Use>
+void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
+  if (!u.target_) return;  // a use that grad() does not want
+  using K = ad::kernel_traits<Use>;
+  using A = detail::use_axes<Use>;
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  using D = typename Use::domain_type;
+  using V = typename Use::value_expr;
+  using M = typename Use::map_type;
+  using Addr = detail::address_of_t<G>;
+  constexpr std::size_t RD = K::domain_rank;
+  auto const ext = u.dom_.extents();
+  for (std::size_t j = 0; j < RD; ++j)
+    if (ext[j] == 0) return;
+  G& g = *u.target_;
+  Addr const addr = detail::address_of(g);
+  index_t const n_proj = detail::count_mask(ext, A::projected);
+  if (K::injective || mode == scatter_mode::atomic) {
+    index_t const n_outer = detail::count_mask(ext, A::outer);
+    if constexpr (K::injective) {
+      using KR = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, false>;
+      static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: an update kernel must be trivially copyable");
+      l.launch(shape_for(n_outer, o, l.max_threads()), KR{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
+    } else {
+      using KR = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, true>;
+      static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: an update kernel must be trivially copyable");
+      l.launch(shape_for(n_outer, o, l.max_threads()), KR{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
+    }
+    return;
+  }
+  if constexpr (!K::injective) {
+    constexpr std::size_t RT = K::target_rank;
+    index_t const n_keys = detail::count_mask(ext, A::key);
+    index_t const n_cols = detail::count_mask(ext, A::column);
+    array<index_t, RT> kst = contiguous_strides<row_major>(g.shape().extents());
+    for (std::size_t k = 0; k < RT; ++k)
+      if (!((A::key_components >> k) & 1)) kst[k] = 0;
+    index_t const m = detail::key_count(n_keys);
+    detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
+    scatter_key* const kp = keys.template as<scatter_key>();
+    l.launch(shape_for(m, o, l.max_threads()), use_keys_kernel<D, M, A::key, RT>{u.dom_, u.map_, kst, n_keys, m, kp});
+    for (index_t k = 2; k <= m; k *= 2)
+      for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+    using KS = use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>;
+    static_assert(std::is_trivially_copyable_v<KS>, "gradix::grid: an update kernel must be trivially copyable");
+    l.launch(shape_for(n_keys * n_cols, o, l.max_threads()),
+             KS{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fused pairs and multi_uses: their uses run one by one (the host fuses their loop nests;
+// on the device each use is its own kernel, with the same plan).
+
+namespace detail {
+/// The value expression of a member of a multi_use (ad/kernel.hpp): the region's path
+/// derivative read at the region's map, times v0, negated, as region_value describes it.
+template <class V>
+struct member_value;
+template <class Top, class P, class M, class D>
+struct member_value<ad::at_map_node<ad::path_deriv_node<Top, P>, M, D>> {
+  using type = ad::at_map_node<ad::path_deriv_node<Top, P>, M, D>;
+  template <class MU, class V0>
+  static type make(Top const& top, M const& tmap, V0 const&, MU const& mu) {
+    return type{ad::path_deriv_node<Top, P>{top}, tmap, mu.dom_};
+  }
+};
+template <class V0T, class X>
+struct member_value<binary_node<op::mul, V0T, X>> {
+  using type = binary_node<op::mul, V0T, X>;
+  template <class Top, class M, class MU>
+  static type make(Top const& top, M const& tmap, V0T const& v0, MU const& mu) {
+    type r{v0, member_value<X>::make(top, tmap, v0, mu), {}};
+    for (std::size_t j = 0; j < type::shape_type::rank; ++j) r.shape_.set_extent(j, mu.dom_.extent(j));
+    return r;
+  }
+};
+template <class X>
+struct member_value<unary_node<op::neg, X>> {
+  using type = unary_node<op::neg, X>;
+  template <class Top, class M, class V0, class MU>
+  static type make(Top const& top, M const& tmap, V0 const& v0, MU const& mu) {
+    return type{member_value<X>::make(top, tmap, v0, mu)};
+  }
+};
+
+/// Member k of a multi_use as a plain use.
+template <class MultiUse, class MU>
+auto member_as_use(MultiUse const& mu_all, MU const& mu) {
+  using V = typename MU::value_expr;
+  V v = member_value<V>::make(mu_all.top_, mu_all.tmap_, mu_all.v0_, mu);
+  return ad::use<typename MU::domain_type, V, typename MU::map_type, typename MU::storage_type>{mu.dom_, v, mu.map_,
+                                                                                              mu.target_};
+}
+}  // namespace detail
+
+template <class L, class U1, class U2>
+void prepare(L& l, ad::fused_use<U1, U2> const& f, launch_options o = {}) {
+  prepare(l, f.first_, o);
+  prepare(l, f.second_, o);
+}
+template <class L, class U1, class U2>
+void run(L& l, ad::fused_use<U1, U2> const& f, scatter_mode mode, launch_options o = {}) {
+  run(l, f.first_, mode, o);
+  run(l, f.second_, mode, o);
+}
+template <class L, int I, class Top, class TMap, class V0, class... U>
+void prepare(L& l, ad::multi_use<I, Top, TMap, V0, U...> const& m, launch_options o = {}) {
+  for_each_element(m.uses_, [&](auto const& mu) { prepare(l, detail::member_as_use(m, mu), o); });
+}
+template <class L, int I, class Top, class TMap, class V0, class... U>
+void run(L& l, ad::multi_use<I, Top, TMap, V0, U...> const& m, scatter_mode mode, launch_options o = {}) {
+  for_each_element(m.uses_, [&](auto const& mu) { run(l, detail::member_as_use(m, mu), mode, o); });
+}
+
+}  // namespace gradix::grid

@@ -1,0 +1,320 @@
+// The device backward (backend/grid/backward.hpp) through the grid emulator, against the host
+// backward of the same expression: values and gradients of every op family the device plan
+// runs (elementwise, broadcast, reductions, views, gathers by device indices), dense and
+// sparse device storage, atomic and deterministic modes (the latter bit for bit against
+// itself over launch shapes and block orders), grad(), and the validation of device indices.
+// Suite `emulator`.
+#include "cuda/emulator.hpp"
+
+#include <gradix/backend/grid/backward.hpp>
+#include <gradix/backend/grid/memory.hpp>
+#include <gradix/backend/grid/param.hpp>
+#include <gradix/gradix.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace gx = gradix;
+namespace grid = gradix::grid;
+using gx::index_t;
+using gradix_test::emu::launcher;
+using gradix_test::emu::options;
+
+namespace {
+
+using mode = grid::scatter_mode;
+using dyn2 = gx::shape<gx::dyn, gx::dyn>;
+
+template <class T>
+std::uint64_t bits(T v) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof v);
+  return b;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (gx::error const& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+template <class T, class S, class Lay>
+auto to_device(launcher& l, gx::tensor<T, S, Lay> const& h) {
+  return grid::device_tensor<T, S, launcher, Lay>::from_host(l, h);
+}
+
+gx::tensor<std::int32_t, gx::shape<gx::dyn>> index_tensor(std::vector<std::int32_t> const& v) {
+  gx::tensor<std::int32_t, gx::shape<gx::dyn>> t(gx::dims(index_t(v.size())));
+  for (std::size_t k = 0; k < v.size(); ++k) t(index_t(k)) = v[k];
+  return t;
+}
+
+/// Zipf-like ids in [0, n): id ~ 1 / rank.
+std::vector<std::int32_t> zipf(index_t count, index_t n, std::uint64_t s) {
+  std::vector<std::int32_t> r;
+  for (index_t i = 0; i < count; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    r.push_back(std::int32_t(std::pow(double(n), double(s >> 11) / double(1ull << 53))) - 1);
+  }
+  return r;
+}
+
+/// Element-by-element closeness of two host tensors of one shape and layout.
+template <class A, class B>
+void check_close(A const& want, B const& got, double tol, char const* what) {
+  INFO(what);
+  REQUIRE(want.shape() == got.shape());
+  for (index_t k = 0; k < want.size(); ++k) {
+    double const w = double(want.data()[k]), g = double(got.data()[k]);
+    if (!(std::abs(w - g) <= tol * (1 + std::abs(w)))) {
+      INFO("element " << k << ": host " << w << ", device " << g);
+      REQUIRE(std::abs(w - g) <= tol * (1 + std::abs(w)));
+    }
+  }
+}
+template <class A, class B>
+void check_bits(A const& a, B const& b, char const* what) {
+  INFO(what);
+  REQUIRE(a.shape() == b.shape());
+  for (index_t k = 0; k < a.size(); ++k) REQUIRE(bits(a.data()[k]) == bits(b.data()[k]));
+}
+
+/// The launch configurations every device backward runs under: block sizes, grid bounds,
+/// block and thread orders.
+struct config {
+  index_t threads, max_blocks;
+  bool shuffle;
+};
+std::vector<config> const configs = {{256, 0, false}, {32, 1, false}, {64, 3, true}, {128, 7, true}};
+
+launcher make_launcher(config c) {
+  options o;
+  o.shuffle_blocks = c.shuffle;
+  o.reverse_threads = c.shuffle;
+  o.seed = std::uint64_t(c.threads * 31 + c.max_blocks);
+  return launcher(o);
+}
+
+// ---------------------------------------------------------------------------------------
+// The founding benchmark's shape: a gather by device indices plus a broadcast column at(j).
+
+template <class Spec, mode M>
+void check_founding(std::vector<std::int32_t> const& ids, char const* name) {
+  using T = double;
+  index_t const rows = 6, ea = 40, eb = 25;
+  auto const ha = gx::randn<T, gx::col_major>(gx::dims(rows, ea), 11);
+  auto const hb = gx::randn<T, gx::col_major>(gx::dims(rows, eb), 12);
+  auto const hidx = index_tensor(ids);
+  index_t const j = 17;
+
+  auto hp_a = gx::param(ha, Spec{});
+  auto hp_b = gx::param(hb, Spec{});
+  T const hv = gx::backward(gx::sum(hp_b(gx::all, gx::indices(hidx)) + hp_a(gx::all, gx::at(j))));
+  auto const want_b = hp_b.grad().to_dense();
+  auto const want_a = hp_a.grad().to_dense();
+
+  std::vector<gx::tensor<T, dyn2, gx::col_major>> first;
+  for (config c : configs) {
+    launcher l = make_launcher(c);
+    {
+      auto dp_a = grid::param(to_device(l, ha), Spec{});
+      auto dp_b = grid::param(to_device(l, hb), Spec{});
+      auto didx = to_device(l, hidx);
+      auto e = gx::sum(dp_b(gx::all, grid::indices(didx)) + dp_a(gx::all, gx::at(j)));
+      INFO(std::string(name) << ": threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+      T const dv = grid::backward(l, e, {M, {c.threads, c.max_blocks}});
+      CHECK(dv == doctest::Approx(hv).epsilon(1e-12));
+      auto const got_b = dp_b.grad().download();
+      auto const got_a = dp_a.grad().download();
+      check_close(want_b, got_b, 1e-12, "gradient of the gathered table");
+      check_close(want_a, got_a, 1e-12, "gradient of the at(j) table");
+      if constexpr (Spec::sparse) {
+        // only the columns read are stored, each once
+        std::vector<std::int32_t> distinct = ids;
+        std::sort(distinct.begin(), distinct.end());
+        distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+        auto const stored = dp_b.grad().ids();
+        std::vector<std::int32_t> sorted = stored;
+        std::sort(sorted.begin(), sorted.end());
+        CHECK(sorted == distinct);
+        // at(j): one column, when the expression reads anything
+        CHECK(dp_a.grad().ids() == (ids.empty() ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{std::int32_t(j)}));
+      }
+      if constexpr (M == mode::deterministic) {
+        if (first.empty()) first.push_back(got_b);
+        else check_bits(first[0], got_b, "deterministic: the same bits for every launch shape and block order");
+      }
+      // a second backward accumulates (sparse: into the same slots)
+      grid::backward_only(l, e, {M, {c.threads, c.max_blocks}});
+      auto twice = dp_b.grad().download();
+      for (index_t k = 0; k < twice.size(); ++k) REQUIRE(twice.data()[k] == doctest::Approx(2 * want_b.data()[k]).epsilon(1e-12));
+      grid::zero_grad(dp_a, dp_b);
+      auto cleared = dp_b.grad().download();
+      for (index_t k = 0; k < cleared.size(); ++k) REQUIRE(cleared.data()[k] == 0.0);
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("grid::backward: gather by device indices + at(j), dense and sparse storage, both modes, against the host") {
+  std::vector<std::int32_t> repeated;
+  for (int i = 0; i < 60; ++i) repeated.push_back((i * 7) % 25);
+  std::vector<std::int32_t> const equal(257, 4);
+  auto const skew = zipf(300, 25, 5);
+  check_founding<gx::sparse_grad_t<1>, mode::atomic>(repeated, "sparse, atomic, repeated");
+  check_founding<gx::sparse_grad_t<1>, mode::deterministic>(repeated, "sparse, deterministic, repeated");
+  check_founding<gx::dense_grad_t<0>, mode::atomic>(repeated, "dense, atomic, repeated");
+  check_founding<gx::dense_grad_t<0>, mode::deterministic>(repeated, "dense, deterministic, repeated");
+  check_founding<gx::sparse_grad_t<1>, mode::deterministic>(equal, "sparse, deterministic, all equal");
+  check_founding<gx::dense_grad_t<0>, mode::atomic>(equal, "dense, atomic, all equal");
+  check_founding<gx::sparse_grad_t<1>, mode::deterministic>(skew, "sparse, deterministic, Zipf-like");
+  check_founding<gx::dense_grad_t<0>, mode::deterministic>(skew, "dense, deterministic, Zipf-like");
+  check_founding<gx::sparse_grad_t<1>, mode::atomic>({}, "sparse, no indices");
+}
+
+namespace {
+/// backward of loss(p, x) on the host and on the device (dense storage, both modes, every
+/// launch configuration): the same value and gradient.
+template <class Loss, class HW, class HX>
+void check_dense(Loss loss, HW const& hw, HX const& hx, char const* name, double tol = 1e-12) {
+  auto hp = gx::param(hw);
+  double const hv = double(gx::backward(loss(hp, hx)));
+  auto const want = hp.grad().to_dense();
+  for (mode m : {mode::atomic, mode::deterministic})
+    for (config c : configs) {
+      launcher l = make_launcher(c);
+      {
+        auto dp = grid::param(to_device(l, hw));
+        auto dx = to_device(l, hx);
+        auto const xv = dx.cview();
+        INFO(std::string(name) << (m == mode::atomic ? ", atomic" : ", deterministic") << ": threads " << c.threads << ", max_blocks "
+                  << c.max_blocks);
+        double const dv = double(grid::backward(l, loss(dp, xv), {m, {c.threads, c.max_blocks}}));
+        CHECK(dv == doctest::Approx(hv).epsilon(tol));
+        check_close(want, dp.grad().download(), tol, name);
+      }
+      CHECK(l.live_allocations() == 0);
+    }
+}
+}  // namespace
+
+TEST_CASE("grid::backward: elementwise, broadcast, reductions and views, against the host") {
+  using T = double;
+  auto const w = gx::randn<T>(gx::dims(5, 7), 21);
+  auto const x = gx::randn<T>(gx::dims(5, 7), 22);
+  auto const xt = gx::randn<T>(gx::dims(7, 5), 23);
+  auto const row = gx::randn<T>(gx::dims(gx::fix<1>, 7), 24);
+  auto const xr = gx::randn<T>(gx::dims(9, 7), 25);
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::tanh(p) * v); }, w, x, "sum(tanh(w) * x)");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::square(p * v - 0.5)); }, w, x, "sum(square(w * x - 0.5))");
+  check_dense([](auto& p, auto const& v) { return gx::mean(gx::exp(p) + p * v); }, w, x, "mean(exp(w) + w * x): two uses");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::transpose(p) * v); }, w, xt, "sum(transpose(w) * x)");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::square(p(gx::range(1, 4), gx::all) * v(gx::range(0, 3), gx::all))); },
+              w, x, "slices: sum(square(w[1:4] * x[0:3]))");
+  check_dense([](auto& p, auto const& v) { return gx::sum(p(2, gx::all) * v(0, gx::all)); }, w, x, "select: sum(w[2] * x[0])");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::square(v + p)); }, row, xr,
+              "a broadcast row: sum(square(x + b)), b [1, 7] (the batch axis projected)");
+  check_dense([](auto& p, auto const&) { return gx::sum(p) * 3.0; }, w, x, "sum(w) * 3: extent x v");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::sum<0>(p * v) * gx::sum<1>(gx::transpose(p))); }, w, x,
+              "sum(sum<0>(w * x) * sum<1>(transpose(w))): reductions inside");
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::reshape(p, gx::dims(7, 5)) * gx::transpose(v)); }, w, x,
+              "sum(reshape(w, [7, 5]) * transpose(x))");
+}
+
+TEST_CASE("grid::backward: a gather along axis 0 of a row-major table, and a gather read twice") {
+  using T = double;
+  auto const ht = gx::randn<T>(gx::dims(30, 4), 31);
+  auto const ids = zipf(120, 30, 8);
+  auto const hidx = index_tensor(ids);
+  auto const hw = gx::randn<T>(gx::dims(120, 4), 32);
+  auto hp = gx::param(ht, gx::sparse_grad<0>);
+  auto loss_h = gx::sum(gx::square(hp(gx::indices(hidx), gx::all)) * hw + hp(gx::indices(hidx), gx::all));
+  double const hv = gx::backward(loss_h);
+  auto const want = hp.grad().to_dense();
+  std::vector<gx::tensor<T, dyn2>> first;
+  for (mode m : {mode::atomic, mode::deterministic})
+    for (config c : configs) {
+      launcher l = make_launcher(c);
+      {
+        auto dp = grid::param(to_device(l, ht), gx::sparse_grad<0>);
+        auto didx = to_device(l, hidx);
+        auto dw = to_device(l, hw);
+        auto const wv = dw.cview();
+        auto e = gx::sum(gx::square(dp(grid::indices(didx), gx::all)) * wv + dp(grid::indices(didx), gx::all));
+        double const dv = grid::backward(l, e, {m, {c.threads, c.max_blocks}});
+        CHECK(dv == doctest::Approx(hv).epsilon(1e-12));
+        auto const got = dp.grad().download();
+        check_close(want, got, 1e-12, "embedding rows");
+        if (m == mode::deterministic) {
+          if (first.empty()) first.push_back(got);
+          else check_bits(first[0], got, "deterministic rows");
+        }
+      }
+      CHECK(l.live_allocations() == 0);
+    }
+}
+
+TEST_CASE("grid::backward: an out-of-range device index is an error before anything is written") {
+  using T = float;
+  launcher l;
+  auto dp = grid::param(to_device(l, gx::randn<T>(gx::dims(3, 5), 41)), gx::sparse_grad<1>);
+  auto dq = grid::param(to_device(l, gx::randn<T>(gx::dims(3, 5), 42)));
+  auto bad = to_device(l, index_tensor({0, 4, 5, 1}));
+  auto neg = to_device(l, index_tensor({2, -1}));
+  for (mode m : {mode::atomic, mode::deterministic}) {
+    std::string msg = error_of([&] {
+      grid::backward(l, gx::sum(dq * 2.0f) + gx::sum(dp(gx::all, grid::indices(bad))), {m, {}});
+    });
+    CHECK(msg == "gradix::gather: index 5 (position 2) is out of range for axis 1 of extent 5");
+    msg = error_of([&] { grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(neg))), {m, {}}); });
+    CHECK(msg == "gradix::gather: index -1 (position 1) is out of range for axis 1 of extent 5");
+  }
+  // the host's message for the same index
+  auto hp = gx::param(gx::randn<T>(gx::dims(3, 5), 41), gx::sparse_grad<1>);
+  auto const hbad = index_tensor({0, 4, 5, 1});
+  CHECK(error_of([&] { gx::backward(gx::sum(hp(gx::all, gx::indices(hbad)))); }) ==
+        "gradix::gather: index 5 (position 2) is out of range for axis 1 of extent 5");
+  // nothing written: the dense gradient is zero, the sparse one stores nothing
+  CHECK(dp.grad().size() == 0);
+  auto const g = dq.grad().download();
+  for (index_t k = 0; k < g.size(); ++k) REQUIRE(g.data()[k] == 0.0f);
+}
+
+TEST_CASE("grid::grad: new device storage, the parameters' own gradients untouched") {
+  using T = double;
+  launcher l;
+  auto const ha = gx::randn<T>(gx::dims(4, 6), 51);
+  auto const hb = gx::randn<T, gx::col_major>(gx::dims(4, 9), 52);
+  auto const ids = std::vector<std::int32_t>{3, 3, 8, 0, 3};
+  auto const hidx = index_tensor(ids);
+  auto hpa = gx::param(ha);
+  auto hpb = gx::param(hb, gx::sparse_grad<1>);
+  auto [wa, wb] = gx::grad(gx::sum(gx::tanh(hpa(gx::all, gx::range(0, 5)) * hpb(gx::all, gx::indices(hidx)))), hpa, hpb);
+  auto dpa = grid::param(to_device(l, ha));
+  auto dpb = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+  auto didx = to_device(l, hidx);
+  auto e = gx::sum(gx::tanh(dpa(gx::all, gx::range(0, 5)) * dpb(gx::all, grid::indices(didx))));
+  auto [ga, gb] = grid::grad(l, e, dpa, dpb);
+  check_close(wa.to_dense(), ga.download(), 1e-12, "grad of the sliced parameter");
+  check_close(wb.to_dense(), gb.download(), 1e-12, "grad of the gathered parameter");
+  CHECK(gb.size() == 3);
+  CHECK(dpb.grad().size() == 0);
+  auto const own = dpa.grad().download();
+  for (index_t k = 0; k < own.size(); ++k) REQUIRE(own.data()[k] == 0.0);
+  auto gb_only = grid::grad(l, e, dpb);
+  check_close(wb.to_dense(), gb_only.download(), 1e-12, "grad of one parameter");
+  CHECK(error_of([&] { (void)grid::grad(l, e, dpa, dpa); }) ==
+        "gradix::grid::grad: parameter 0 and parameter 1 are the same parameter; give each parameter once");
+}
