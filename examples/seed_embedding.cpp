@@ -11,8 +11,14 @@
 //
 // Usage: seed_embedding [--layout col|row] [--n N] [--reps R] [--threads T] [--na NA]
 //          [--nb NB] [--k K] [--d D] [--loss sum|square] [--idx-mod M] [--random-idx]
-//          [--batched] [--init hash|randn] [--check]
+//          [--batched] [--init hash|randn] [--check] [--device cpu|cuda] [--deterministic]
+//
+// --device cuda runs the same computation on the GPU (seed_embedding_device.hpp; built where
+// meson finds nvcc): device tables with sparse device gradients, the indices in device
+// memory, --deterministic for the order-fixed scatter (default: atomic adds).
 #include <gradix/gradix.hpp>
+
+#include "seed_embedding.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -77,46 +83,7 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 #pragma GCC diagnostic pop
 
 // ------------------------------------------------------------------ options
-struct options {
-  bool row = false, square = false, batched = false, check = false, random_idx = false;
-  bool hash = true;
-  long n = 100, reps = 5, threads = 1, na = 1'000'000, nb = 65'535, k = 5000, d = 64, idx_mod = 0;
-};
-
-static options parse(int argc, char** argv) {
-  options o;
-  for (int a = 1; a < argc; ++a) {
-    std::string s = argv[a];
-    auto next = [&]() -> std::string {
-      if (a + 1 >= argc) {
-        std::fprintf(stderr, "seed_embedding: %s needs a value\n", s.c_str());
-        std::exit(2);
-      }
-      return argv[++a];
-    };
-    auto num = [&]() { return std::stol(next()); };
-    if (s == "--layout") o.row = next() == "row";
-    else if (s == "--n") o.n = num();
-    else if (s == "--reps") o.reps = num();
-    else if (s == "--threads") o.threads = num();
-    else if (s == "--na") o.na = num();
-    else if (s == "--nb") o.nb = num();
-    else if (s == "--k") o.k = num();
-    else if (s == "--d") o.d = num();
-    else if (s == "--loss") o.square = next() == "square";
-    else if (s == "--idx-mod") o.idx_mod = num();
-    else if (s == "--random-idx") o.random_idx = true;
-    else if (s == "--batched") o.batched = true;
-    else if (s == "--init") o.hash = next() == "hash";
-    else if (s == "--check") o.check = true;
-    else {
-      std::fprintf(stderr, "seed_embedding: unknown option %s (see the comment at the top of "
-                           "examples/seed_embedding.cpp)\n", s.c_str());
-      std::exit(2);
-    }
-  }
-  return o;
-}
+using seed::options;
 
 static double rss_mib(char const* field) {
   std::ifstream f("/proc/self/status");
@@ -126,110 +93,22 @@ static double rss_mib(char const* field) {
   return -1;
 }
 
-// The term columns j_t: the 64-bit LCG shared with the PyTorch peer (lcg_rows).
-static std::vector<std::uint32_t> term_columns(long n, long na) {
-  std::vector<std::uint32_t> js;
-  std::uint64_t s = 12345;
-  for (long t = 0; t < n; ++t) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    js.push_back(std::uint32_t((s >> 33) % std::uint64_t(na)));
-  }
-  return js;
-}
-
-// E_t[r, c] = u32((r*D + c + t*0x9E3779B9) * 2654435761) / 2^32 - 0.5, r the table entry,
-// c the position in the embedding (the PyTorch peer's formula).
-static float hash_value(std::uint64_t r, std::uint64_t c, std::uint64_t d, std::uint32_t t) {
-  std::uint32_t x = std::uint32_t(r * d + c) + std::uint32_t(t * 0x9E3779B9u);
-  x *= 2654435761u;
-  return float(double(x) / 4294967296.0 - 0.5);
-}
-
-template <class Clock = std::chrono::steady_clock>
-static double seconds_since(typename Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// ------------------------------------------------------------------ --check
-// An independent reference with plain loops over the tables (not gradix's machinery):
-// the loss in double, and each stored gradient column compared with its exact value.
-template <class Unused>
-struct reference_check {
-  template <class P>
-  static int run(options const& o, P const& Ea, P const& Eb, std::vector<std::uint16_t> const& i,
-                 std::vector<std::uint32_t> const& js, double loss, bool col) {
-    long d = o.d;
-    auto at = [&](P const& E, long entry, long c) -> double {
-      return col ? E.value()(c, entry) : E.value()(entry, c);
+// --check on the host tables: seed::reference_check with the parameters' accessors.
+template <class P>
+static int host_check(options const& o, P const& Ea, P const& Eb, std::vector<std::uint16_t> const& i,
+                      std::vector<std::uint32_t> const& js, double loss, bool col) {
+  auto value_of = [&](P const& E) {
+    return [&E, col](long entry, long c) -> double { return col ? E.value()(c, entry) : E.value()(entry, c); };
+  };
+  auto grad_of = [](P const& E) {
+    return [&E](long entry) -> float const* {
+      gx::index_t const slot = E.grad().find(entry);
+      return slot < 0 ? nullptr : E.grad().slice_data(slot);
     };
-    // loss reference and the sum of |terms|
-    double ref = 0, scale = 0;
-    std::vector<double> ga_expected, gb_expected;  // per (term column / index entry, c)
-    for (std::uint32_t j : js)
-      for (std::uint16_t r : i)
-        for (long c = 0; c < d; ++c) {
-          double x = at(Eb, r, c) + at(Ea, j, c);
-          double term = o.square ? x * x : x;
-          ref += term;
-          scale += std::abs(term);
-        }
-    bool ok = std::abs(loss - ref) <= 1e-6 * std::max(1.0, scale);
-    std::printf("check: loss %.9g, reference %.9g, |diff| / sum|terms| = %.3g\n", loss, ref,
-                std::abs(loss - ref) / std::max(1.0, scale));
-    // gradients: d loss / d Eb(c, r) = sum over terms and positions p with i[p] == r of
-    // (1 or 2x); the same for Ea over terms with j_t == j. Build the expected columns sparsely,
-    // with the sum of the contributions' magnitudes: a float sum of many signed contributions
-    // (duplicate indices, --loss square) is accurate relative to that, not to its result.
-    auto compare = [&](P const& E, char const* name, auto const& expected_cols) {
-      double worst = 0;
-      long missing = 0;
-      for (auto const& [entry, col_values, col_abs] : expected_cols) {
-        gx::index_t slot = E.grad().find(entry);
-        if (slot < 0) {
-          ++missing;
-          continue;
-        }
-        float const* g = E.grad().slice_data(slot);
-        for (long c = 0; c < d; ++c)
-          worst = std::max(worst, std::abs(double(g[c]) - col_values[std::size_t(c)]) /
-                                      std::max(1.0, col_abs[std::size_t(c)]));
-      }
-      bool this_ok = missing == 0 && long(E.grad().size()) == long(expected_cols.size()) && worst < 1e-4;
-      std::printf("check: grad %s: %ld stored columns (expected %zu), %ld missing, worst |err| / sum|contributions| %.3g: %s\n",
-                  name, long(E.grad().size()), expected_cols.size(), missing, worst, this_ok ? "ok" : "MISMATCH");
-      return this_ok;
-    };
-    using cols = std::vector<std::tuple<long, std::vector<double>, std::vector<double>>>;
-    auto build = [&](bool for_a) {
-      std::vector<long> pos(std::size_t(for_a ? o.na : o.nb), -1);
-      cols out;
-      for (std::uint32_t j : js)
-        for (std::uint16_t r : i) {
-          long entry = for_a ? long(j) : long(r);
-          if (pos[std::size_t(entry)] < 0) {
-            pos[std::size_t(entry)] = long(out.size());
-            out.push_back({entry, std::vector<double>(std::size_t(d), 0.0),
-                           std::vector<double>(std::size_t(d), 0.0)});
-          }
-          auto& [e_, v, va] = out[std::size_t(pos[std::size_t(entry)])];
-          for (long c = 0; c < d; ++c) {
-            double x = o.square ? 2 * (at(Eb, r, c) + at(Ea, j, c)) : 1.0;
-            v[std::size_t(c)] += x;
-            va[std::size_t(c)] += std::abs(x);
-          }
-        }
-      return out;
-    };
-    ok = compare(Eb, "Eb", build(false)) && ok;
-    ok = compare(Ea, "Ea", build(true)) && ok;
-    std::printf("check: %s\n", ok ? "ok" : "FAILED");
-    return ok ? 0 : 1;
-  }
-};
+  };
+  return seed::reference_check(o, i, js, loss, value_of(Ea), value_of(Eb), grad_of(Ea), grad_of(Eb),
+                               long(Ea.grad().size()), long(Eb.grad().size()));
+}
 
 // ------------------------------------------------------------------ the benchmark
 // Layout: gx::col_major (tables d x N, column gathers) or gx::row_major (N x d, row gathers).
@@ -254,19 +133,15 @@ int run(options const& o) {
   auto init = [&](long entries, std::uint32_t t) {
     if (o.hash)
       return gx::generate<float, Layout>(make_shape(entries), [&](auto const& c) {
-        return hash_value(std::uint64_t(c[Axis]), std::uint64_t(c[1 - Axis]), std::uint64_t(o.d), t);
+        return seed::hash_value(std::uint64_t(c[Axis]), std::uint64_t(c[1 - Axis]), std::uint64_t(o.d), t);
       });
     return gx::randn<float, Layout>(make_shape(entries), 7 + t);
   };
   auto Ea = gx::param(init(o.na, 0), gx::sparse_grad<Axis>);
   auto Eb = gx::param(init(o.nb, 1), gx::sparse_grad<Axis>);
 
-  std::vector<std::uint16_t> i(std::size_t(o.k));
-  std::mt19937_64 rng(2024);
-  for (long r = 0; r < o.k; ++r)
-    i[std::size_t(r)] = std::uint16_t(o.random_idx ? long(rng() % std::uint64_t(o.nb))
-                                                   : (o.idx_mod ? r % o.idx_mod : r));
-  std::vector<std::uint32_t> js = term_columns(o.n, o.na);
+  std::vector<std::uint16_t> const i = seed::gathered_entries(o);
+  std::vector<std::uint32_t> const js = seed::term_columns(o.n, o.na);
   double rss_init = rss_mib("VmRSS:");
 
   // One term: sum(Eb(:, i) + Ea(:, j)) (or of its square), Ea(:, j) broadcast against the block.
@@ -298,7 +173,7 @@ int run(options const& o) {
       for (std::uint32_t j : js)
         l += o.square ? gx::value(gx::sum(gx::square(term(j)))) : gx::value(gx::sum(term(j)));
     }
-    double tf = seconds_since(t0);
+    double tf = seed::seconds_since(t0);
     long fa = counting::allocations - a0, fb = counting::bytes - b0;
     loss = l;
 
@@ -315,7 +190,7 @@ int run(options const& o) {
         else gx::backward_only(gx::sum(term(j)));
       }
     }
-    double tb = seconds_since(t0);
+    double tb = seed::seconds_since(t0);
     long ba = counting::allocations - a0, bb = counting::bytes - b0;
     last_back_allocs = ba;
 
@@ -329,7 +204,7 @@ int run(options const& o) {
       for (std::uint32_t j : js)
         ls += o.square ? gx::backward(gx::sum(gx::square(term(j)))) : gx::backward(gx::sum(term(j)));
     }
-    double ts = seconds_since(t0);
+    double ts = seed::seconds_since(t0);
     (void)ls;
     std::printf("rep %ld: loss %.6f s (%ld allocations, %ld bytes)  back %.6f s (%ld allocations, "
                 "%ld bytes)  step %.6f s  loss = %.9g\n",
@@ -340,7 +215,7 @@ int run(options const& o) {
   }
 
   int status = 0;
-  if (o.check) status = reference_check<int>::run(o, Ea, Eb, i, js, loss, col);
+  if (o.check) status = host_check(o, Ea, Eb, i, js, loss, col);
   if (o.check && o.reps >= 2) {
     // once warm, a backward pass allocates nothing (sparse storage keeps its memory)
     std::printf("check: last rep's backward allocations: %ld (expected 0)\n", last_back_allocs);
@@ -353,14 +228,29 @@ int run(options const& o) {
               "\"peak_rss_mib\": %.1f, \"rss_after_init_mib\": %.1f, \"loss\": %.9g, "
               "\"backward_allocations\": %ld, \"grad_slots_Ea\": %ld, \"grad_slots_Eb\": %ld%s}\n",
               col ? "col" : "row", o.square ? "square" : "sum", o.batched ? "true" : "false", o.n,
-              o.k, o.d, o.na, o.nb, o.threads, o.reps, median(fwd), median(bwd), median(step),
+              o.k, o.d, o.na, o.nb, o.threads, o.reps, seed::median(fwd), seed::median(bwd), seed::median(step),
               rss_mib("VmHWM:"), rss_init, loss, last_back_allocs, long(Ea.grad().size()),
               long(Eb.grad().size()), o.check ? (status ? ", \"check\": \"FAILED\"" : ", \"check\": \"ok\"") : "");
   return status;
 }
 
+#if !defined(GRADIX_EXAMPLE_CUDA)
+// Built without nvcc: seed_embedding_cuda.cu is not linked in.
+int seed::run_cuda(options const&) {
+  std::fprintf(stderr, "seed_embedding: --device cuda: this binary was built without CUDA (meson "
+                       "found no nvcc, or -Dcuda=disabled)\n");
+  return 2;
+}
+#endif
+
 int main(int argc, char** argv) {
-  options o = parse(argc, argv);
+  options o = seed::parse(argc, argv);
+  if (o.cuda) return seed::run_cuda(o);
+  if (o.deterministic) {
+    std::fprintf(stderr, "seed_embedding: --deterministic is for --device cuda (the host backward is "
+                         "deterministic already)\n");
+    return 2;
+  }
   gx::set_num_threads(int(o.threads));
   std::printf("seed_embedding: %s, %s-major tables, Ea %ld x %ld, Eb %ld x %ld, k = %ld, "
               "n = %ld, loss %s%s, %ld thread(s)\n",

@@ -82,7 +82,7 @@ struct kernel_traits {
       using C = map_component_t<M, std::size_t(target_unit_axis)>;
       return [&]<std::size_t... J>(std::index_sequence<J...>) {
         int r = -1;
-        ((std::is_same_v<C, ax_dom<J>> && count_deps<M, J>::value == 1 ? (r = int(J)) : 0), ...);
+        ((r = std::is_same_v<C, ax_dom<J>> && count_deps<M, J>::value == 1 ? int(J) : r), ...);
         return r;
       }(std::make_index_sequence<domain_rank>{});
     }

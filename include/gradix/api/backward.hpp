@@ -12,6 +12,7 @@
 
 #include "gradix/ad/plan.hpp"
 #include "gradix/api/checks.hpp"
+#include "gradix/api/device.hpp"
 #include "gradix/api/eval.hpp"
 #include "gradix/api/param.hpp"
 #include "gradix/backend/host/product.hpp"
@@ -191,6 +192,11 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
 template <operand E>
 constexpr auto backward(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward");
+  using N = decltype(e);
+  if constexpr (detail::reads_cuda_memory_v<N>) {  // the device backend (api/device.hpp)
+    if constexpr (detail::check_device_entry<N>()) return detail::device_entry<N>::backward(e);
+    else return value_type_t<N>{};
+  } else {
   return detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
     using E2 = std::remove_cvref_t<decltype(e2)>;
     constexpr int C = detail::loss_carrier<E2, decltype(ad::plan(e2))>::value;
@@ -204,15 +210,21 @@ constexpr auto backward(E const& e_in) {
     detail::run_plan(ad::plan(e2), "gradix::backward");
     return v;
   });
+  }
 }
 
 /// Like backward(e), without computing the value.
 template <operand E>
 constexpr void backward_only(E const& e_in) {
   auto e = detail::prepared_node(e_in, "gradix::backward_only");
-  detail::run_with_saved<true>(e, "gradix::backward_only", [](auto const& e2) {
-    detail::run_plan(ad::plan(e2), "gradix::backward_only");
-  });
+  using N = decltype(e);
+  if constexpr (detail::reads_cuda_memory_v<N>) {
+    if constexpr (detail::check_device_entry<N>()) detail::device_entry<N>::backward_only(e);
+  } else {
+    detail::run_with_saved<true>(e, "gradix::backward_only", [](auto const& e2) {
+      detail::run_plan(ad::plan(e2), "gradix::backward_only");
+    });
+  }
 }
 
 /// Adds seed-weighted gradients of a non-scalar e: d <seed, e> / d p. The seed is a tensor
@@ -227,14 +239,18 @@ constexpr void backward(E const& e_in, S const& seed_in) {
     detail::fail("gradix::backward: seed shape ", to_string(seed.shape()),
                  " differs from expression shape ", to_string(e.shape()));
   using ES = shape_of_t<decltype(e)>;
-  detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
-    if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
-      detail::run_plan(ad::plan(e2, seed), "gradix::backward");
-    } else {  // same extents (checked above), another shape type: view it with e's
-      detail::run_plan(ad::plan(e2, broadcast_node<decltype(seed), ES>{seed, e.shape()}),
-                       "gradix::backward");
-    }
-  });
+  if constexpr (detail::reads_cuda_memory_v<decltype(e)>) {
+    if constexpr (detail::check_device_entry<decltype(e)>()) detail::device_entry<decltype(e)>::backward_seeded(e, seed);
+  } else {
+    detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
+      if constexpr (std::is_same_v<shape_of_t<decltype(seed)>, ES>) {
+        detail::run_plan(ad::plan(e2, seed), "gradix::backward");
+      } else {  // same extents (checked above), another shape type: view it with e's
+        detail::run_plan(ad::plan(e2, broadcast_node<decltype(seed), ES>{seed, e.shape()}),
+                         "gradix::backward");
+      }
+    });
+  }
 }
 
 /// Gradients of the rank-0 expression e with respect to the given parameters, returned as
@@ -244,6 +260,10 @@ constexpr void backward(E const& e_in, S const& seed_in) {
 template <operand E, parameter_object... P>
 constexpr auto grad(E const& e_in, P const&... params) {
   auto e = detail::prepared_node(e_in, "gradix::grad");
+  if constexpr (detail::reads_cuda_memory_v<decltype(e)>) {
+    if constexpr (detail::check_device_entry<decltype(e)>()) return detail::device_entry<decltype(e)>::grad(e, params...);
+    else return 0;
+  } else {
   {
     void const* addr[] = {static_cast<void const*>(&params.grad())...};
     for (std::size_t a = 0; a < sizeof...(P); ++a)
@@ -280,6 +300,7 @@ constexpr auto grad(E const& e_in, P const&... params) {
   });
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;
+  }
 }
 
 /// Clears the gradients of the given parameters (only what backward wrote). Throws
@@ -288,7 +309,8 @@ constexpr auto grad(E const& e_in, P const&... params) {
 template <parameter_object... P>
 constexpr void zero_grad(P&... params) {
   detail::storage_guard<sizeof...(P)> guard("gradix::zero_grad");
-  (guard.take(&params.grad()), ...);
+  // (device storages, backend/grid/grad.hpp, have no busy flag yet: cleared in their stream)
+  ([&] { if constexpr (!requires { typename P::launcher_type; }) guard.take(&params.grad()); }(), ...);
   (params.grad().zero(), ...);
 }
 

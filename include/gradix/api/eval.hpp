@@ -4,6 +4,7 @@
 /// or view), value (a rank-0 result).
 
 #include "gradix/api/checks.hpp"
+#include "gradix/api/device.hpp"
 #include "gradix/api/finite.hpp"
 #include "gradix/api/saved.hpp"
 #include "gradix/backend/host/assign.hpp"
@@ -22,8 +23,9 @@ template <class E>
 struct expression_reads_device_memory {
   static constexpr bool value = !std::is_same_v<space_of_t<E>, cuda_space>;
   static_assert(value,
-                "gradix: this expression reads CUDA device memory; the host backend cannot "
-                "evaluate it (use the CUDA backend in a .cu file)");
+                "gradix: this expression reads CUDA device memory but the destination is in host "
+                "memory; evaluate it on the device (gx::eval, with <gradix/device.hpp>) and "
+                "download the result");
 };
 template <class DS, class ES>
 struct assigned_shapes_differ {
@@ -63,11 +65,14 @@ using result_layout_t =
 template <class DT, class DS, class DL, class DSp, operand E>
 constexpr void assign(tensor_view<DT, DS, DL, DSp> const& dst, E const& e_in) {
   static_assert(!std::is_const_v<DT>, "gradix::assign: the destination view is read-only");
-  static_assert(std::is_same_v<DSp, host_space>,
-                "gradix::assign: the destination is in CUDA memory; use the CUDA backend");
   auto e = detail::prepared_node(e_in, "gradix::assign");
   using N = decltype(e);
-  if constexpr (detail::expression_reads_device_memory<N>::value &&
+  if constexpr (std::is_same_v<DSp, cuda_space>) {  // the device backend (api/device.hpp)
+    static_assert(detail::reads_cuda_memory_v<N> || std::is_void_v<space_of_t<N>>,
+                  "gradix::assign: the destination is in CUDA memory but the expression reads host "
+                  "memory; copy the data to the device first (grid::device_tensor::from_host)");
+    if constexpr (detail::check_device_entry<N>()) detail::device_entry<N>::assign(dst, e);
+  } else if constexpr (detail::expression_reads_device_memory<N>::value &&
                 detail::assigned_shapes_differ<DS, shape_of_t<N>>::value) {
     if (!(dst.shape() == e.shape()))
       detail::fail("gradix::assign: destination shape ", to_string(dst.shape()),
@@ -108,7 +113,10 @@ constexpr auto eval(E const& e_in) {
   using N = decltype(e);
   using T = value_type_t<N>;
   using L = detail::result_layout_t<layout_of_t<N>, shape_of_t<N>::rank>;
-  static_assert(detail::expression_reads_device_memory<N>::value);
+  if constexpr (detail::reads_cuda_memory_v<N>) {  // the device backend (api/device.hpp)
+    if constexpr (detail::check_device_entry<N>()) return detail::device_entry<N>::eval(e);
+    else return 0;
+  } else {
   tensor<T, shape_of_t<N>, L> out(e.shape(), detail::uninit);
   if constexpr (is_matmul_node<N>::value && std::is_same_v<L, row_major>)
     detail::product_into(e, out.data(), "gradix::eval");  // the gemm writes the result
@@ -117,6 +125,7 @@ constexpr auto eval(E const& e_in) {
   if (!std::is_constant_evaluated() && check_finite())
     detail::check_finite_forward("gradix::eval", out.view(), e);
   return out;
+  }
 }
 
 /// The value of a rank-0 expression (a full reduction, typically).
@@ -127,8 +136,10 @@ constexpr auto value(E const& e_in) {
   static_assert(shape_of_t<N>::rank == 0,
                 "gradix::value: the expression is not rank 0; reduce it (sum, mean, max) or "
                 "use eval");
-  static_assert(detail::expression_reads_device_memory<N>::value);
-  if constexpr (shape_of_t<N>::rank == 0) {
+  if constexpr (shape_of_t<N>::rank == 0 && detail::reads_cuda_memory_v<N>) {
+    if constexpr (detail::check_device_entry<N>()) return detail::device_entry<N>::value(e);
+    else return value_type_t<N>{};
+  } else if constexpr (shape_of_t<N>::rank == 0) {
     auto v = detail::run_with_saved<false>(e, "gradix::value", [](auto const& e2) { return host::value(e2); });
     if (!std::is_constant_evaluated() && check_finite())
       detail::check_finite_value("gradix::value", v, e);

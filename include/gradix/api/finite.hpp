@@ -273,7 +273,7 @@ inline std::string describe_nonfinite(bool leaf, char const* label, std::string 
 /// costs compile time in every translation unit; without it the message names the input
 /// that holds the value, or says that the expression produced it.
 template <class N>
-bool locate_nonfinite(N const& n, std::string& msg);
+[[gnu::cold]] bool locate_nonfinite(N const& n, std::string& msg);
 /// The same over n's operands only.
 template <class N>
 [[gnu::cold]] bool locate_in_operands(N const& n, std::string& msg) {
@@ -283,7 +283,7 @@ template <class N>
   else return false;
 }
 template <class N>
-[[gnu::cold]] bool locate_nonfinite(N const& n, std::string& msg) {
+bool locate_nonfinite(N const& n, std::string& msg) {
   if (locate_in_operands(n, msg)) return true;
   constexpr bool leaf = is_view_v<N> || is_param_node<N>::value;
   nonfinite_at r;

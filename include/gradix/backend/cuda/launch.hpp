@@ -141,4 +141,11 @@ class launcher {
   cudaStream_t stream_ = cudaStreamPerThread;
 };
 
+/// This thread's launcher on cudaStreamPerThread: the one gx::eval, value and assign use for a
+/// device expression without a device parameter (whose launcher they use otherwise).
+inline launcher& default_launcher() {
+  thread_local launcher l;
+  return l;
+}
+
 }  // namespace gradix::cuda

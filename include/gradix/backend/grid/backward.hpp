@@ -146,6 +146,33 @@ void backward_only(L& l, E const& e_in, backward_options o = {}) {
   }
 }
 
+/// Adds seed-weighted gradients of the device expression e, d <seed, e> / d p, for any rank:
+/// the seed is a device view or tensor of e's shape (gradix::error otherwise, nothing written).
+template <class L, operand E, operand S>
+  requires(!std::is_same_v<std::remove_cvref_t<S>, backward_options>)
+void backward(L& l, E const& e_in, S const& seed_in, backward_options o = {}) {
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::backward");
+  auto seed = ::gradix::detail::prepared_node(seed_in, "gradix::grid::backward");
+  using N = decltype(e);
+  using SN = decltype(seed);
+  static_assert(shape_of_t<SN>::rank == shape_of_t<N>::rank,
+                "gradix::grid::backward: the seed must have the expression's rank");
+  static_assert(std::is_same_v<space_of_t<SN>, cuda_space>,
+                "gradix::grid::backward: the seed must be in device memory (a device tensor or view)");
+  if (!(seed.shape() == e.shape()))
+    ::gradix::detail::fail("gradix::grid::backward: seed shape ", to_string(seed.shape()),
+                           " differs from expression shape ", to_string(e.shape()));
+  if constexpr (detail::check_device_backward<N>()) {
+    validate_expression(l, e, o.launch);
+    using ES = shape_of_t<N>;
+    if constexpr (std::is_same_v<shape_of_t<SN>, ES>) {
+      detail::run_device_plan(l, ad::plan(e, seed), o);
+    } else {  // same extents (checked above), another shape type: view it with e's
+      detail::run_device_plan(l, ad::plan(e, broadcast_node<SN, ES>{seed, e.shape()}), o);
+    }
+  }
+}
+
 /// Gradients of the rank-0 device expression e with respect to the given device parameters,
 /// as new device storage objects (of each parameter's kind); the parameters' own gradients
 /// are untouched. One parameter: its gradient; several: a std::tuple of them.

@@ -1,0 +1,141 @@
+#pragma once
+/// \file
+/// The device half of gx::backward, backward_only, grad, eval, value and assign: when an
+/// expression's leaves are in cuda_space, those calls land here (api/device.hpp declares the
+/// entry, this header defines it) and run the grid:: functions with the launcher of the
+/// expression's first device parameter, so in its stream. Without a device parameter, nvcc's
+/// translation units use gradix::cuda::default_launcher() (cudaStreamPerThread); other
+/// translation units (the emulator tests) get a compile error that names grid::eval,
+/// grid::value and grid::assign, which take a launcher.
+///
+/// Also grid::eval(l, e) (a new device tensor) and grid::value(l, e) (a rank-0 expression's
+/// value, read back to the host).
+
+#include "gradix/api/device.hpp"
+#include "gradix/api/eval.hpp"
+#include "gradix/backend/grid/assign.hpp"
+#include "gradix/backend/grid/backward.hpp"
+#include "gradix/backend/grid/memory.hpp"
+#include "gradix/backend/grid/reduce.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/node.hpp"
+
+#if defined(__CUDACC__)
+#include "gradix/backend/cuda/launch.hpp"
+#endif
+
+#include <type_traits>
+#include <utility>
+
+namespace gradix::grid {
+
+/// Evaluates the device expression e into a new device tensor of its shape, element type and
+/// layout (as gx::eval: column-major when e's contiguous axis is the first of several), in
+/// l's order.
+template <class L, operand E>
+auto eval(L& l, E const& e_in, launch_options o = {}) {
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::eval");
+  using N = decltype(e);
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  using Lay = ::gradix::detail::result_layout_t<layout_of_t<N>, S::rank>;
+  device_tensor<T, S, L, Lay> out(l, e.shape());
+  assign(l, out.view(), e, o);
+  return out;
+}
+
+/// The value of the rank-0 device expression e (waits for the device).
+template <class L, operand E>
+auto value(L& l, E const& e_in, launch_options o = {}) {
+  auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::value");
+  using N = decltype(e);
+  static_assert(shape_of_t<N>::rank == 0,
+                "gradix::grid::value: the expression is not rank 0; reduce it (sum, mean, max) or use eval");
+  using T = value_type_t<N>;
+  detail::scratch<L> out(l, sizeof(T));
+  tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
+  assign(l, ov, e, o);
+  T v{};
+  l.copy_to_host(&v, out.p_, sizeof v);
+  return v;
+}
+
+}  // namespace gradix::grid
+
+namespace gradix::detail {
+
+/// Whether a gx:: call on the device expression N has a launcher (see the file comment);
+/// else one static_assert at the user's call.
+template <class N>
+constexpr bool check_device_launcher() {
+#if defined(__CUDACC__)
+  return true;
+#else
+  constexpr bool ok = !std::is_void_v<device_launcher_t<N>>;
+  static_assert(ok,
+                "gradix: this device expression has no device parameter (grid::param), so there is "
+                "no launcher to run it with outside a CUDA translation unit; call grid::eval(l, e), "
+                "grid::value(l, e) or grid::assign(l, dst, e) with a launcher");
+  return ok;
+#endif
+}
+
+/// The launcher a gx:: call on the device expression N runs with.
+template <class N>
+decltype(auto) device_call_launcher(N const& e) {
+  using L = device_launcher_t<N>;
+  if constexpr (!std::is_void_v<L>) {
+    return device_launcher_of<L>(e);
+  } else {
+#if defined(__CUDACC__)
+    (void)e;
+    return ::gradix::cuda::default_launcher();
+#endif
+  }
+}
+
+template <class N>
+struct device_entry {
+  using T = value_type_t<N>;
+  static T backward(N const& e) {
+    if constexpr (check_device_launcher<N>()) return grid::backward(device_call_launcher(e), e);
+    else return T{};
+  }
+  static void backward_only(N const& e) {
+    if constexpr (check_device_launcher<N>()) grid::backward_only(device_call_launcher(e), e);
+  }
+  template <class S>
+  static void backward_seeded(N const& e, S const& seed) {
+    if constexpr (check_device_launcher<N>()) grid::backward(device_call_launcher(e), e, seed);
+  }
+  template <class... P>
+  static auto grad(N const& e, P const&... params) {
+    // (grad takes device parameters, so N has one)
+    return grid::grad(device_call_launcher(e), e, params...);
+  }
+  static auto eval(N const& e) {
+    if constexpr (check_device_launcher<N>()) return grid::eval(device_call_launcher(e), e);
+    else return 0;
+  }
+  static T value(N const& e) {
+    if constexpr (check_device_launcher<N>()) return grid::value(device_call_launcher(e), e);
+    else return T{};
+  }
+  template <class DT, class DS, class DL>
+  static void assign(tensor_view<DT, DS, DL, cuda_space> const& dst, N const& e) {
+    if constexpr (check_device_launcher<N>()) grid::assign(device_call_launcher(e), dst, e);
+  }
+};
+
+}  // namespace gradix::detail
+
+namespace gradix {
+
+/// gx::assign into a device tensor: runs in the tensor's launcher (stream).
+template <class T, class S, class L, class Lay, operand E>
+void assign(grid::device_tensor<T, S, L, Lay>& dst, E const& e) {
+  grid::assign(dst.launcher(), dst.view(), e);
+}
+
+}  // namespace gradix
