@@ -186,3 +186,39 @@ TEST_CASE("gx::grad and the seeded gx::backward on device expressions") {
   }
   CHECK(l.live_allocations() == 0);
 }
+
+TEST_CASE("a device parameter's gradient in use by another call: an error, nothing written") {
+  using T = double;
+  auto const hw = gx::randn<T>(gx::dims(3, 4), 95);
+  launcher l;
+  {
+    auto dp = grid::param(to_device(l, hw), gx::sparse_grad<1>);
+    auto dq = grid::param(to_device(l, hw));
+    auto const idx = to_device(l, index_tensor({1, 3, 1}));
+    // another thread's backward holds dp's storage (its busy flag, as the lock leaves it)
+    dp.grad().busy_flag() = true;
+    std::string const want =
+        "a device parameter's gradient is in use by another thread (a concurrent backward, grad or zero_grad on the "
+        "same parameter); give each thread its own parameters or serialise the calls";
+    CHECK(error_of([&] { gx::backward(gx::sum(dq * 2.0) + gx::sum(dp(gx::all, grid::indices(idx)))); }) ==
+          "gradix::grid::backward: " + want);
+    CHECK(error_of([&] { grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(idx)))); }) ==
+          "gradix::grid::backward_only: " + want);
+    CHECK(error_of([&] { gx::zero_grad(dq, dp); }) == "gradix::zero_grad: " + want);
+    CHECK(error_of([&] { grid::zero_grad(dp); }) == "gradix::grid::zero_grad: " + want);
+    // nothing written, and the other storage's flag was given back
+    CHECK(dp.grad().size() == 0);
+    CHECK_FALSE(dq.grad().busy_flag());
+    auto const g = dq.grad().download();
+    for (index_t k = 0; k < g.size(); ++k) REQUIRE(g.data()[k] == 0.0);
+    // once the other call is done, the same calls run, and leave the flags free
+    dp.grad().busy_flag() = false;
+    gx::backward(gx::sum(dq * 2.0) + gx::sum(dp(gx::all, grid::indices(idx))));
+    CHECK(dp.grad().size() == 2);
+    CHECK_FALSE(dp.grad().busy_flag());
+    CHECK_FALSE(dq.grad().busy_flag());
+    gx::zero_grad(dp, dq);
+    CHECK(dp.grad().size() == 0);
+  }
+  CHECK(l.live_allocations() == 0);
+}

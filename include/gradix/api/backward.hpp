@@ -309,8 +309,11 @@ constexpr auto grad(E const& e_in, P const&... params) {
 template <parameter_object... P>
 constexpr void zero_grad(P&... params) {
   detail::storage_guard<sizeof...(P)> guard("gradix::zero_grad");
-  // (device storages, backend/grid/grad.hpp, have no busy flag yet: cleared in their stream)
-  ([&] { if constexpr (!requires { typename P::launcher_type; }) guard.take(&params.grad()); }(), ...);
+  detail::busy_lock<sizeof...(P)> device_lock("gradix::zero_grad");  // device storages (grid::param)
+  ([&] {
+    if constexpr (requires { typename P::launcher_type; }) device_lock.take(&params.grad());
+    else guard.take(&params.grad());
+  }(), ...);
   (params.grad().zero(), ...);
 }
 

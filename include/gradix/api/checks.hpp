@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::detail {
 
@@ -166,6 +167,43 @@ constexpr bool aliases(DV const& dst, N const& e) {
   });
   return hit;
 }
+
+/// The busy flags of the device storages (backend/grid/grad.hpp) a call writes, taken for the
+/// call's length, so that two host threads running a backward or zero_grad on one device
+/// parameter at once get an error instead of racing on its slots. storage_guard does the
+/// same for host storages, with a rollback on failure besides; a device call that fails part
+/// way leaves what it wrote.
+template <std::size_t N>
+class busy_lock {
+ public:
+  explicit constexpr busy_lock(char const* op) : op_(op) {}
+  busy_lock(busy_lock const&) = delete;
+  busy_lock& operator=(busy_lock const&) = delete;
+  constexpr ~busy_lock() {
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (std::is_constant_evaluated()) *flags_[k] = false;
+      else std::atomic_ref<bool>(*flags_[k]).store(false, std::memory_order_release);
+    }
+  }
+  template <class G>
+  constexpr void take(G* g) {
+    if (!g) return;
+    bool* f = &g->busy_flag();
+    for (std::size_t k = 0; k < n_; ++k)
+      if (flags_[k] == f) return;
+    bool const was = std::is_constant_evaluated() ? std::exchange(*f, true)
+                                                  : std::atomic_ref<bool>(*f).exchange(true, std::memory_order_acquire);
+    if (was)
+      fail(op_, ": a device parameter's gradient is in use by another thread (a concurrent backward, grad or "
+                "zero_grad on the same parameter); give each thread its own parameters or serialise the calls");
+    flags_[n_++] = f;
+  }
+
+ private:
+  char const* op_;
+  bool* flags_[N > 0 ? N : 1] = {};
+  std::size_t n_ = 0;
+};
 
 /// Marks the gradient storages of a backward (or zero_grad) busy until it ends, and keeps
 /// each one's tracking state from before (grad_mark) so that a backward failing in its

@@ -43,6 +43,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 
+#include <atomic>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -81,19 +82,6 @@ constexpr bool check_device_backward() {
   return device_expression<E>;
 }
 
-/// Runs a plan on l: prepare every element (sparse slots), then every element's kernels.
-template <class L, class Plan>
-void run_device_plan(L& l, Plan const& p, backward_options o) {
-  static_assert(device_plan<Plan>::value,
-                "gradix::grid::backward: the backward of this expression needs an adjoint buffer or host "
-                "memory (a matmul, softmax, embedding_bag, staged value or let); those plans are not on the "
-                "device yet (docs/cuda.md)");
-  if constexpr (device_plan<Plan>::value) {
-    for_each_element(p, [&](auto const& u) { prepare(l, u, o.launch); });
-    for_each_element(p, [&](auto const& u) { run(l, u, o.mode, o.launch); });
-  }
-}
-
 /// Calls f on each plain use of a plan element that writes a parameter's gradient.
 template <class U, class F>
 void for_each_device_use(U& u, F&& f) {
@@ -107,6 +95,39 @@ void for_each_device_use(U& u, F&& f) {
     f(u);
   }
 }
+/// The number of plain uses in a device plan (an upper bound on the storages it writes).
+template <class U>
+inline constexpr std::size_t device_uses_v = 1;
+template <class U1, class U2>
+inline constexpr std::size_t device_uses_v<ad::fused_use<U1, U2>> = 2;
+template <int I, class Top, class M, class V0, class... U>
+inline constexpr std::size_t device_uses_v<ad::multi_use<I, Top, M, V0, U...>> = sizeof...(U);
+template <class Plan>
+inline constexpr std::size_t device_plan_uses_v = 0;
+template <class... E>
+inline constexpr std::size_t device_plan_uses_v<tuple<E...>> = (std::size_t(0) + ... + device_uses_v<E>);
+
+/// Takes the flags of every storage that plan p writes, into lock.
+template <class Lock, class Plan>
+void lock_targets(Lock& lock, Plan const& p) {
+  for_each_element(p, [&](auto const& pu) { for_each_device_use(pu, [&](auto const& u) { lock.take(u.target_); }); });
+}
+
+/// Runs a plan on l: prepare every element (sparse slots), then every element's kernels.
+template <class L, class Plan>
+void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
+  static_assert(device_plan<Plan>::value,
+                "gradix::grid::backward: the backward of this expression needs an adjoint buffer or host "
+                "memory (a matmul, softmax, embedding_bag, staged value or let); those plans are not on the "
+                "device yet (docs/cuda.md)");
+  if constexpr (device_plan<Plan>::value) {
+    ::gradix::detail::busy_lock<device_plan_uses_v<Plan>> lock(op);
+    lock_targets(lock, p);
+    for_each_element(p, [&](auto const& u) { prepare(l, u, o.launch); });
+    for_each_element(p, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+  }
+}
+
 }  // namespace detail
 
 /// Evaluates the rank-0 device expression e, adds d e / d p into the gradient of every
@@ -123,7 +144,7 @@ auto backward(L& l, E const& e_in, backward_options o = {}) {
     detail::scratch<L> out(l, sizeof(T));
     tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
     assign(l, ov, e, o.launch);
-    detail::run_device_plan(l, ad::plan(e), o);
+    detail::run_device_plan(l, ad::plan(e), o, "gradix::grid::backward");
     T v{};
     l.copy_to_host(&v, out.p_, sizeof v);
     return v;
@@ -142,7 +163,7 @@ void backward_only(L& l, E const& e_in, backward_options o = {}) {
                 "gradix::grid::backward_only: the expression is not rank 0 (reduce it to a scalar first)");
   if constexpr (detail::check_device_backward<N>()) {
     validate_expression(l, e, o.launch);
-    detail::run_device_plan(l, ad::plan(e), o);
+    detail::run_device_plan(l, ad::plan(e), o, "gradix::grid::backward_only");
   }
 }
 
@@ -166,9 +187,9 @@ void backward(L& l, E const& e_in, S const& seed_in, backward_options o = {}) {
     validate_expression(l, e, o.launch);
     using ES = shape_of_t<N>;
     if constexpr (std::is_same_v<shape_of_t<SN>, ES>) {
-      detail::run_device_plan(l, ad::plan(e, seed), o);
+      detail::run_device_plan(l, ad::plan(e, seed), o, "gradix::grid::backward");
     } else {  // same extents (checked above), another shape type: view it with e's
-      detail::run_device_plan(l, ad::plan(e, broadcast_node<SN, ES>{seed, e.shape()}), o);
+      detail::run_device_plan(l, ad::plan(e, broadcast_node<SN, ES>{seed, e.shape()}), o, "gradix::grid::backward");
     }
   }
 }
@@ -215,7 +236,7 @@ auto grad(L& l, E const& e_in, P const&... params) {
         u.target_ = redirected;  // uses of other parameters are skipped
       });
     });
-    detail::run_device_plan(l, p, backward_options{});
+    detail::run_device_plan(l, p, backward_options{}, "gradix::grid::grad");
   }
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;
@@ -225,6 +246,8 @@ auto grad(L& l, E const& e_in, P const&... params) {
 /// stored slices), in their launchers' order.
 template <class... P>
 void zero_grad(P&... params) {
+  ::gradix::detail::busy_lock<sizeof...(P)> lock("gradix::grid::zero_grad");
+  (lock.take(&params.grad()), ...);
   (params.grad().zero(), ...);
 }
 

@@ -67,10 +67,14 @@ class device_dense_grad {
   void zero() { g_.launcher().fill_zero(g_.data(), g_.bytes()); }
   /// The gradient as a host tensor (waits for the device).
   tensor<T, Shape, Layout> download() const { return g_.download(); }
+  /// Taken by grid::backward, backward_only and zero_grad for the length of the call
+  /// (backend/grid/backward.hpp: one host thread at a time per storage).
+  bool& busy_flag() { return busy_; }
 
  private:
   device_tensor<T, Shape, L, Layout> g_;
   array<index_t, rank> strides_;
+  bool busy_ = false;
 };
 
 /// slot_[k] = v for k < n_.
@@ -317,7 +321,12 @@ class device_sparse_grad {
     return d;
   }
 
+  /// Taken by grid::backward, backward_only and zero_grad for the length of the call
+  /// (backend/grid/backward.hpp: one host thread at a time per storage).
+  bool& busy_flag() { return busy_; }
+
  private:
+  bool busy_ = false;
   void grow(index_t need) {
     index_t cap = capacity_ ? capacity_ * 2 : 16;
     if (cap < need) cap = need;
