@@ -191,8 +191,9 @@ class busy_lock {
     bool* f = &g->busy_flag();
     for (std::size_t k = 0; k < n_; ++k)
       if (flags_[k] == f) return;
-    bool const was = std::is_constant_evaluated() ? std::exchange(*f, true)
-                                                  : std::atomic_ref<bool>(*f).exchange(true, std::memory_order_acquire);
+    bool was = false;
+    if (std::is_constant_evaluated()) was = std::exchange(*f, true);
+    else was = std::atomic_ref<bool>(*f).exchange(true, std::memory_order_acquire);
     if (was)
       fail(op_, ": a device parameter's gradient is in use by another thread (a concurrent backward, grad or "
                 "zero_grad on the same parameter); give each thread its own parameters or serialise the calls");
