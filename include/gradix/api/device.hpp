@@ -30,15 +30,6 @@ concept device_entry_defined = requires { sizeof(device_entry<N>); };
 template <class N>
 inline constexpr bool reads_cuda_memory_v = std::is_same_v<space_of_t<N>, cuda_space>;
 
-/// True when the device backend is there; else a static_assert at the call's instantiation.
-template <class N>
-constexpr bool check_device_entry(char const* = nullptr) {
-  static_assert(device_entry_defined<N>,
-                "gradix: this expression reads CUDA device memory; include <gradix/device.hpp> "
-                "(the device backend) in this translation unit");
-  return device_entry_defined<N>;
-}
-
 /// The launcher type of the first device parameter leaf of N (std::type_identity<void> when
 /// there is none), found over the same node members as for_each_leaf.
 template <class A, class B>
@@ -72,6 +63,36 @@ constexpr auto device_launcher_probe() {
 }
 template <class N>
 using device_launcher_t = typename decltype(device_launcher_probe<N>())::type;
+
+/// Whether a gx:: call on the device expression N has a launcher: its first device parameter's,
+/// or in a CUDA translation unit gradix::cuda::default_launcher().
+template <class N>
+constexpr bool device_launcher_available() {
+#if defined(__CUDACC__)
+  return true;
+#else
+  return !std::is_void_v<device_launcher_t<N>>;
+#endif
+}
+
+/// True when the device backend is there and the call has a launcher; else one static_assert
+/// at the call's instantiation (the gx:: functions call this in an `if constexpr` condition,
+/// which both compilers instantiate at the user's line).
+template <class N>
+constexpr bool check_device_entry(char const* = nullptr) {
+  static_assert(device_entry_defined<N>,
+                "gradix: this expression reads CUDA device memory; include <gradix/device.hpp> "
+                "(the device backend) in this translation unit");
+  if constexpr (device_entry_defined<N>) {
+    static_assert(device_launcher_available<N>(),
+                  "gradix: this device expression has no device parameter (grid::param), so there "
+                  "is no launcher to run it with outside a CUDA translation unit; call "
+                  "grid::eval(l, e), grid::value(l, e) or grid::assign(l, dst, e) with a launcher");
+    return device_launcher_available<N>();
+  } else {
+    return false;
+  }
+}
 
 /// The launcher of the first device parameter leaf of e whose launcher has type L.
 template <class L, class N>

@@ -65,22 +65,6 @@ auto value(L& l, E const& e_in, launch_options o = {}) {
 
 namespace gradix::detail {
 
-/// Whether a gx:: call on the device expression N has a launcher (see the file comment);
-/// else one static_assert at the user's call.
-template <class N>
-constexpr bool check_device_launcher() {
-#if defined(__CUDACC__)
-  return true;
-#else
-  constexpr bool ok = !std::is_void_v<device_launcher_t<N>>;
-  static_assert(ok,
-                "gradix: this device expression has no device parameter (grid::param), so there is "
-                "no launcher to run it with outside a CUDA translation unit; call grid::eval(l, e), "
-                "grid::value(l, e) or grid::assign(l, dst, e) with a launcher");
-  return ok;
-#endif
-}
-
 /// The launcher a gx:: call on the device expression N runs with.
 template <class N>
 decltype(auto) device_call_launcher(N const& e) {
@@ -99,15 +83,15 @@ template <class N>
 struct device_entry {
   using T = value_type_t<N>;
   static T backward(N const& e) {
-    if constexpr (check_device_launcher<N>()) return grid::backward(device_call_launcher(e), e);
+    if constexpr (device_launcher_available<N>()) return grid::backward(device_call_launcher(e), e);
     else return T{};
   }
   static void backward_only(N const& e) {
-    if constexpr (check_device_launcher<N>()) grid::backward_only(device_call_launcher(e), e);
+    if constexpr (device_launcher_available<N>()) grid::backward_only(device_call_launcher(e), e);
   }
   template <class S>
   static void backward_seeded(N const& e, S const& seed) {
-    if constexpr (check_device_launcher<N>()) grid::backward(device_call_launcher(e), e, seed);
+    if constexpr (device_launcher_available<N>()) grid::backward(device_call_launcher(e), e, seed);
   }
   template <class... P>
   static auto grad(N const& e, P const&... params) {
@@ -115,16 +99,16 @@ struct device_entry {
     return grid::grad(device_call_launcher(e), e, params...);
   }
   static auto eval(N const& e) {
-    if constexpr (check_device_launcher<N>()) return grid::eval(device_call_launcher(e), e);
+    if constexpr (device_launcher_available<N>()) return grid::eval(device_call_launcher(e), e);
     else return 0;
   }
   static T value(N const& e) {
-    if constexpr (check_device_launcher<N>()) return grid::value(device_call_launcher(e), e);
+    if constexpr (device_launcher_available<N>()) return grid::value(device_call_launcher(e), e);
     else return T{};
   }
   template <class DT, class DS, class DL>
   static void assign(tensor_view<DT, DS, DL, cuda_space> const& dst, N const& e) {
-    if constexpr (check_device_launcher<N>()) grid::assign(device_call_launcher(e), dst, e);
+    if constexpr (device_launcher_available<N>()) grid::assign(device_call_launcher(e), dst, e);
   }
 };
 
