@@ -62,8 +62,8 @@ int run_device_as(L& l, options const& o) {
   for (std::size_t r = 0; r < i.size(); ++r) hi(gx::index_t(r)) = i[r];
   gx::tensor<std::uint32_t, gx::shape<gx::dyn>> hj(gx::dims(gx::index_t(js.size())));
   for (std::size_t t = 0; t < js.size(); ++t) hj(gx::index_t(t)) = js[t];
-  auto const di = grid::device_tensor<std::uint16_t, gx::shape<gx::dyn>, L>::from_host(l, hi);
-  auto const dj = grid::device_tensor<std::uint32_t, gx::shape<gx::dyn>, L>::from_host(l, hj);
+  auto const di = grid::device_indices<std::uint16_t, L>::from_host(l, hi);
+  auto const dj = grid::device_indices<std::uint32_t, L>::from_host(l, hj);
 
   auto term = [&](std::uint32_t j) {
     if constexpr (col) return Eb(gx::all, grid::indices(di)) + Ea(gx::all, gx::at(j));

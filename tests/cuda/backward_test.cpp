@@ -239,3 +239,128 @@ TEST_CASE("grid::grad: new device storage, the parameters' own gradients untouch
   CHECK(error_of([&] { (void)grid::grad(l, e, dpa, dpa); }) ==
         "gradix::grid::grad: parameter 0 and parameter 1 are the same parameter; give each parameter once");
 }
+
+namespace {
+/// The distinct values of v in order of first appearance.
+std::vector<std::int32_t> first_touch(std::vector<std::int32_t> const& v) {
+  std::vector<std::int32_t> r;
+  for (std::int32_t x : v)
+    if (std::find(r.begin(), r.end(), x) == r.end()) r.push_back(x);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("grid::backward: sparse slots in first-touch order over many calls, the storage growing only with what is stored") {
+  using T = double;
+  index_t const rows = 5, cols = 400;
+  auto const ht = gx::randn<T, gx::col_major>(gx::dims(rows, cols), 61);
+  auto hp = gx::param(ht, gx::sparse_grad<1>);
+  launcher l;
+  auto dp = grid::param(to_device(l, ht), gx::sparse_grad<1>);
+  std::vector<std::int32_t> all_ids;
+  for (int call = 0; call < 12; ++call) {
+    // calls 0-5 touch new columns, 6-11 mostly the same ones again
+    auto ids = zipf(40, call < 6 ? 60 * (call + 1) : 60, std::uint64_t(70 + call));
+    for (auto& x : ids) x = std::int32_t((x * 7 + call) % cols);
+    if (call >= 6)
+      for (auto& x : ids) x = ids[0] == x ? x : std::int32_t((x * 7) % cols);
+    all_ids.insert(all_ids.end(), ids.begin(), ids.end());
+    auto const hidx = index_tensor(ids);
+    gx::backward(gx::sum(gx::square(hp(gx::all, gx::indices(hidx)))));
+    auto const didx = to_device(l, hidx);
+    grid::backward(l, gx::sum(gx::square(dp(gx::all, grid::indices(didx)))), {mode::atomic, {}});
+    auto const stored = dp.grad().ids();
+    REQUIRE(stored == first_touch(all_ids));
+    // the capacity follows the stored count and a call's index count, never the table's extent
+    CHECK(dp.grad().capacity() <= 2 * index_t(stored.size()) + 8 * 40 + 16);
+  }
+  check_close(hp.grad().to_dense(), dp.grad().download(), 1e-12, "accumulated over 12 calls");
+  // the host's sparse storage is in first-touch order too
+  std::vector<std::int32_t> host_ids;
+  for (index_t k = 0; k < hp.grad().size(); ++k) host_ids.push_back(std::int32_t(hp.grad().id(k)));
+  CHECK(host_ids == dp.grad().ids());
+}
+
+namespace {
+template <class X>
+concept indexable = requires(X&& x) { grid::indices(static_cast<X&&>(x)); };
+using dev_idx = grid::device_indices<std::int32_t, launcher>;
+static_assert(indexable<dev_idx const&>);
+static_assert(!indexable<dev_idx>, "grid::indices of a temporary device_indices must not compile (the expression would dangle)");
+}  // namespace
+
+TEST_CASE("grid::device_indices: bounds known on the host, so no validation kernel; out of range still names the position") {
+  using T = float;
+  launcher l;
+  auto const ht = gx::randn<T, gx::col_major>(gx::dims(4, 9), 81);
+  auto dp = grid::param(to_device(l, ht), gx::sparse_grad<1>);
+  std::vector<std::int32_t> const ids{3, 8, 0, 3, 5};
+  auto const hidx = index_tensor(ids);
+  auto const checked = to_device(l, hidx);                                      // a device tensor: validated by a kernel
+  auto const known = grid::device_indices<std::int32_t, launcher>::from_host(l, ids);  // bounds recorded at upload
+  CHECK(known.min() == 0);
+  CHECK(known.max() == 8);
+  index_t const l0 = l.launches();
+  grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(checked))));
+  index_t const with_kernel = l.launches() - l0;
+  index_t const l1 = l.launches();
+  grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(known))));
+  index_t const without = l.launches() - l1;
+  CHECK(with_kernel == without + 1);
+  // both gave the same gradient
+  auto hp = gx::param(ht, gx::sparse_grad<1>);
+  gx::backward(gx::sum(hp(gx::all, gx::indices(hidx))));
+  gx::backward(gx::sum(hp(gx::all, gx::indices(hidx))));
+  check_close(hp.grad().to_dense(), dp.grad().download(), 1e-6, "gradient through device_indices");
+
+  // out of range (and negative): the validation kernel runs and the host's message comes back;
+  // nothing is written
+  grid::zero_grad(dp);
+  auto const bad = grid::device_indices<std::int32_t, launcher>::from_host(l, std::vector<std::int32_t>{1, 2, 9, 4});
+  CHECK(error_of([&] { grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(bad)))); }) ==
+        "gradix::gather: index 9 (position 2) is out of range for axis 1 of extent 9");
+  auto neg = grid::device_indices<std::int32_t, launcher>::from_host(l, std::vector<std::int32_t>{1, -3});
+  CHECK(error_of([&] { grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(neg)))); }) ==
+        "gradix::gather: index -3 (position 1) is out of range for axis 1 of extent 9");
+  CHECK(dp.grad().size() == 0);
+  // upload replaces the values and their bounds; a wrong count is an error
+  neg.upload(std::vector<std::int32_t>{7, 2}.data(), 2);
+  CHECK(neg.min() == 2);
+  grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(neg))));
+  CHECK(dp.grad().ids() == std::vector<std::int32_t>{7, 2});
+  CHECK(error_of([&] { neg.upload(ids.data(), 5); }) == "gradix::grid::device_indices::upload: 5 values for a vector of 2");
+}
+
+TEST_CASE("grid::backward: long projected axes that v depends on run one block per outer coordinate (fixed bits)") {
+  using T = double;
+  // b [1, 7] broadcast over 300 rows: its use sums 300 projected points per element of b
+  auto const row = gx::randn<T>(gx::dims(gx::fix<1>, 7), 91);
+  auto const xr = gx::randn<T>(gx::dims(300, 7), 92);
+  check_dense([](auto& p, auto const& v) { return gx::sum(gx::square(v + p)); }, row, xr,
+              "a broadcast row over 300 rows: sum(square(x + b))");
+  // the founding shape with the squared loss: at(j)'s column sums 300 gathered columns
+  auto const ha = gx::randn<T, gx::col_major>(gx::dims(6, 40), 93);
+  auto const hb = gx::randn<T, gx::col_major>(gx::dims(6, 50), 94);
+  auto const ids = zipf(300, 50, 9);
+  auto const hidx = index_tensor(ids);
+  auto hpa = gx::param(ha, gx::sparse_grad<1>);
+  auto hpb = gx::param(hb, gx::sparse_grad<1>);
+  gx::backward(gx::sum(gx::square(hpb(gx::all, gx::indices(hidx)) + hpa(gx::all, gx::at(11)))));
+  std::vector<gx::tensor<T, dyn2, gx::col_major>> first;
+  for (config c : configs) {
+    launcher l = make_launcher(c);
+    {
+      auto dpa = grid::param(to_device(l, ha), gx::sparse_grad<1>);
+      auto dpb = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+      auto didx = to_device(l, hidx);
+      grid::backward_only(l, gx::sum(gx::square(dpb(gx::all, grid::indices(didx)) + dpa(gx::all, gx::at(11)))),
+                          {mode::deterministic, {c.threads, c.max_blocks}});
+      auto const got = dpa.grad().download();
+      check_close(hpa.grad().to_dense(), got, 1e-12, "the at(j) column");
+      check_close(hpb.grad().to_dense(), dpb.grad().download(), 1e-12, "the gathered columns");
+      if (first.empty()) first.push_back(got);
+      else check_bits(first[0], got, "the at(j) column: the same bits for every launch shape");
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+}

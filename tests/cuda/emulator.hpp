@@ -67,6 +67,12 @@ class context {
     *p += v;
   }
   void atomic_min(long long* p, long long v) const { *p = v < *p ? v : *p; }
+  void atomic_max(std::int32_t* p, std::int32_t v) const { *p = v > *p ? v : *p; }
+  std::int32_t atomic_cas(std::int32_t* p, std::int32_t expected, std::int32_t desired) const {
+    std::int32_t const old = *p;
+    if (old == expected) *p = desired;
+    return old;
+  }
   /// Barrier; the call site is recorded, so that threads waiting at different sync() calls
   /// are reported (undefined behaviour on a GPU).
   void sync(std::source_location site = std::source_location::current()) const;

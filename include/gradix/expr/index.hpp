@@ -55,8 +55,16 @@ struct unique_vec : index_vec<I> {
 /// A vector of indices in device memory (`indices(view)` of a cuda_space view): a lookup as
 /// index_vec, validated when a device backend runs the expression (a validation kernel
 /// before anything is written, backend/grid/validate.hpp), not when it is built.
+///
+/// When the host knows bounds of the values (`grid::device_indices` records them when its
+/// values are uploaded: bounds_ is set and every value lies in [lo_, hi_]), validation is a
+/// comparison on the host: no kernel, no wait for the device.
 template <class I>
-struct device_index_vec : index_vec<I> {};
+struct device_index_vec : index_vec<I> {
+  long long lo_ = 0;
+  long long hi_ = -1;
+  bool bounds_ = false;
+};
 /// start, start + step, ... (`size_` values); an affine map.
 struct index_range {
   static constexpr char const* name = "slice";

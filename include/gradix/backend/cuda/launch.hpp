@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace gradix::cuda {
@@ -88,6 +89,23 @@ struct device_context {
     atomicMin(p, v);
 #else
     *p = v < *p ? v : *p;
+#endif
+  }
+  GRADIX_HOST_DEVICE void atomic_max(std::int32_t* p, std::int32_t v) const {
+#if defined(__CUDA_ARCH__)
+    atomicMax(reinterpret_cast<int*>(p), int(v));
+#else
+    *p = v > *p ? v : *p;
+#endif
+  }
+  /// *p = desired if *p == expected; returns the old *p.
+  GRADIX_HOST_DEVICE std::int32_t atomic_cas(std::int32_t* p, std::int32_t expected, std::int32_t desired) const {
+#if defined(__CUDA_ARCH__)
+    return std::int32_t(atomicCAS(reinterpret_cast<int*>(p), int(expected), int(desired)));
+#else
+    std::int32_t const old = *p;
+    if (old == expected) *p = desired;
+    return old;
 #endif
   }
 };

@@ -275,6 +275,33 @@ class device_sparse_grad {
     l.launch(launch_shape{1, 1, 0}, bump_count_kernel{count_, count_ + 1});
   }
 
+  /// What a slot reservation kernel writes (device pointers; valid until the next grow).
+  struct reservation {
+    std::int32_t* slot_of;
+    std::int32_t* ids;
+    T* data;
+    std::int32_t* count;
+    index_t slice;
+  };
+  /// Makes room for up to n new slices and returns the pointers a reservation kernel writes
+  /// (update.hpp's reserve_kernel). The host keeps an upper bound on the count (the count
+  /// after its last read, plus the n of every call since). Only when that bound passes the
+  /// capacity does it read the count back (one wait for the device), and only when the count
+  /// plus n still does not fit does it grow: to max(2 x capacity, count + 4 n), at most the
+  /// axis's extent (so at most 2 count + 8 n slices, as capacity < count + n then). So the
+  /// memory stays proportional to what is stored and a call's n, and a
+  /// run of calls that keep touching the same positions waits for the device once every few
+  /// calls at most.
+  reservation make_room(index_t n) {
+    index_t const ext = shape_.extent(Axis);
+    auto const clamp = [ext](index_t v) { return v < ext ? v : ext; };
+    if (clamp(bound_ + n) > capacity_) bound_ = size();
+    index_t const need = clamp(bound_ + n);
+    if (need > capacity_) grow(need, clamp(bound_ + 4 * n));
+    bound_ = need;
+    return {slot_of_, ids_, data_, count_, slice_};
+  }
+
   /// Forgets the stored slices (keeps the memory); touches only their map entries.
   void zero() {
     if (bound_ > 0) {
@@ -327,8 +354,9 @@ class device_sparse_grad {
 
  private:
   bool busy_ = false;
-  void grow(index_t need) {
+  void grow(index_t need, index_t want = 0) {
     index_t cap = capacity_ ? capacity_ * 2 : 16;
+    if (cap < want) cap = want;
     if (cap < need) cap = need;
     index_t const ext = shape_.extent(Axis);
     if (cap > ext) cap = ext;

@@ -20,6 +20,8 @@
 ///     c.template shared<T>()   the block's shared memory (launch_shape::shared_bytes)
 ///     c.atomic_add(p, v) *p += v, atomically with respect to every other thread of the grid
 ///     c.atomic_min(p, v) *p = min(*p, v) for long long, atomically
+///     c.atomic_max(p, v) *p = max(*p, v) for std::int32_t, atomically
+///     c.atomic_cas(p, e, d)   *p = d if *p == e, for std::int32_t, atomically; returns the old *p
 ///
 /// Two launchers run such kernels: gradix::cuda::launcher (backend/cuda/launch.hpp) on a GPU,
 /// in a stream, and the host grid emulator of the tests (tests/cuda/emulator.hpp), which runs

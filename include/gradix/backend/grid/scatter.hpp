@@ -132,6 +132,49 @@ struct bitonic_step_kernel {
   }
 };
 
+/// Keys per block of bitonic_tile_kernel (in shared memory: 32 KiB of scatter_key).
+inline constexpr index_t sort_tile = 2048;
+
+/// The steps of a bitonic sort of m_ keys (m_ a power of two) that stay inside tiles of
+/// tile_ keys, in shared memory, one tile per block (a grid-stride loop over tiles): for k
+/// from k_first_ to k_last_ (doubling), j from min(k / 2, tile_ / 2) down to 1, each a
+/// compare-exchange of the pairs (i, i + j), ascending where (i & k) == 0 (i the global index).
+struct bitonic_tile_kernel {
+  static constexpr bool uses_barriers = true;
+  using value_type = scatter_key;
+  scatter_key* keys_;
+  index_t m_;
+  index_t tile_;
+  index_t k_first_;
+  index_t k_last_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    scatter_key* const sh = c.template shared<scatter_key>();
+    index_t const t = c.thread(), b = c.threads(), half = tile_ / 2;
+    for (index_t base = c.block() * tile_; base < m_; base += c.blocks() * tile_) {
+      for (index_t q = t; q < tile_; q += b) sh[q] = keys_[base + q];
+      c.sync();
+      for (index_t k = k_first_; k <= k_last_; k *= 2) {
+        for (index_t j = (k / 2 < half ? k / 2 : half); j > 0; j /= 2) {
+          for (index_t q = t; q < half; q += b) {
+            index_t const i = 2 * j * (q / j) + q % j;  // bit j of i is clear; its partner is i + j
+            bool const up = ((base + i) & k) == 0;
+            scatter_key const x = sh[i], y = sh[i + j];
+            if (up == detail::key_less(y, x)) {
+              sh[i] = y;
+              sh[i + j] = x;
+            }
+          }
+          c.sync();
+        }
+      }
+      for (index_t q = t; q < tile_; q += b) keys_[base + q] = sh[q];
+      c.sync();  // the tile is written back before the next one is loaded
+    }
+  }
+};
+
 /// Row destinations of segment_sum_kernel: element (target, d) of a rank-2 view ...
 template <class DV>
 struct view_rows {
@@ -172,13 +215,33 @@ constexpr index_t key_count(index_t n) {
   while (m < n) m *= 2;
   return m;
 }
+/// Sorts the m keys at kp (m = key_count(n), a power of two; unique keys, so the result is
+/// the same for every launch shape): the steps whose pairs stay inside a tile of sort_tile
+/// keys run in shared memory, many steps per launch (bitonic_tile_kernel); only the steps
+/// with j >= sort_tile go through global memory, one launch each. 5000 keys (m = 8192) take
+/// 6 launches instead of 91.
+template <class L>
+void bitonic_sort(L& l, scatter_key* kp, index_t m, launch_options o) {
+  if (m < 2) return;
+  index_t const tile = m < sort_tile ? m : sort_tile;
+  index_t th = reduce_threads(o, l.max_threads());
+  if (th > tile / 2) th = tile / 2;
+  index_t blocks = m / tile;
+  index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+  if (blocks > cap) blocks = cap;
+  launch_shape const ts{blocks, th, std::size_t(tile) * sizeof(scatter_key)};
+  l.launch(ts, bitonic_tile_kernel{kp, m, tile, 2, tile});
+  for (index_t k = 2 * tile; k <= m; k *= 2) {
+    for (index_t j = k / 2; j >= tile; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+    l.launch(ts, bitonic_tile_kernel{kp, m, tile, k, k});
+  }
+}
 /// Writes the (idx[p], p) keys of the n indices, padded to m = key_count(n), into kp and
-/// sorts them (bitonic network, one launch per step).
+/// sorts them (bitonic_sort).
 template <class L, class I>
 void sort_keys(L& l, scatter_key* kp, index_t m, I const* idx, index_t n, index_t stride, launch_options o) {
   l.launch(shape_for(m, o, l.max_threads()), scatter_keys_kernel<I>{idx, stride, n, m, kp});
-  for (index_t k = 2; k <= m; k *= 2)
-    for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+  bitonic_sort(l, kp, m, o);
 }
 }  // namespace detail
 

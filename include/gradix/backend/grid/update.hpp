@@ -19,9 +19,9 @@
 ///   the column axes reach distinct target elements, so no two threads share one. The same
 ///   bits on every run, launch shape and block order.
 ///
-/// Sparse storage first reserves its slots on the device (`prepare`): the positions along the
-/// storage's axis that the use writes are sorted and given slots in position order
-/// (device_sparse_grad::reserve_sorted). Nothing proportional to a table's extent is touched.
+/// Sparse storage first reserves its slots on the device (`prepare`, one reserve_kernel
+/// launch): the positions along the storage's axis that the use writes get slots in order of
+/// first touch. Nothing proportional to a table's extent is touched.
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
@@ -171,6 +171,63 @@ struct update_kernel {
   }
 };
 
+/// The lanes of update_block_kernel (its block size, whatever the launch options say, so that
+/// its bits depend on the shapes alone), and the projected extent from which run() uses it.
+inline constexpr index_t block_lanes = 256;
+inline constexpr index_t block_proj_min = 256;
+
+/// One block of block_lanes threads per outer coordinate (a grid-stride loop over blocks),
+/// for uses whose projected axes are long and v depends on them (so they do not collapse):
+/// lane l sums the projected points l, l + block_lanes, ... in that order, a fixed pairwise
+/// tree in shared memory combines the lanes, and one thread stores (Atomic: adds atomically)
+/// at m(d). Without it, one thread would sum every projected point of its outer coordinate
+/// alone (update_kernel): the founding benchmark's squared loss has 64 outer coordinates of
+/// 5000 projected points for the at(j) table, 64 busy threads on the whole device.
+template <class D, class V, class M, class T, class Addr, std::uint64_t P, bool Atomic>
+struct update_block_kernel {
+  static constexpr bool uses_barriers = true;
+  D dom_;
+  V v_;
+  M map_;
+  T* data_;
+  Addr addr_;
+  index_t n_outer_;
+  index_t n_proj_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    constexpr std::uint64_t outer = ad::all_axes_v<RD> & ~P;
+    ev::evaluator<V> const vev(v_);
+    auto const ext = dom_.extents();
+    using VT = std::remove_cvref_t<decltype(vev(std::declval<coord<RD>&>()))>;
+    VT* const sh = c.template shared<VT>();
+    index_t const t = c.thread();
+    for (index_t k = c.block(); k < n_outer_; k += c.blocks()) {
+      coord<RD> d{};
+      detail::unravel_mask(d, ext, outer, k);
+      VT acc{};
+      for (index_t p = t; p < n_proj_; p += block_lanes) {
+        detail::unravel_mask(d, ext, P, p);
+        acc += vev(d);
+      }
+      sh[t] = acc;
+      c.sync();
+      for (index_t h = block_lanes / 2; h > 0; h /= 2) {
+        if (t < h) sh[t] += sh[t + h];
+        c.sync();
+      }
+      if (t == 0) {
+        T const v = T(sh[0]);
+        index_t const off = addr_.offset(ev::map_value(map_, d));  // (m ignores projected axes)
+        if constexpr (Atomic) c.atomic_add(data_ + off, v);
+        else data_[off] += v;
+      }
+      c.sync();  // sh[0] is read before the next coordinate writes sh
+    }
+  }
+};
+
 /// keys_[r] = (the linear target position of the key components at key coordinate r, r) for
 /// r < n_, (max, r) for the padding up to m_.
 template <class D, class M, std::uint64_t Key, std::size_t RT>
@@ -241,35 +298,77 @@ struct use_segment_kernel {
   }
 };
 
-/// keys_[p] = (component C of the map at the p-th point over the axes in Dep, p) for p < n_,
-/// (max, p) for the padding up to m_: the positions along a sparse storage's axis.
-template <class D, class M, std::size_t C, std::uint64_t Dep>
-struct slot_keys_kernel {
-  static constexpr bool uses_barriers = false;
+/// Slot reservation of one use in a sparse storage, in one block, first-touch order: the
+/// positions pos(p) along the storage's axis of the points p < n_ over the axes in Dep (the
+/// axes the map's component C depends on), in the odometer's order.
+///   1. every thread marks its points: a position without a slot (-1) becomes INT32_MIN,
+///      then holds max(-2 - p) = -2 - (its first point); stored slots (>= 0) are unchanged;
+///   2. the points where pos(p) holds -2 - p (the first touch of a new position) are counted
+///      by an exclusive scan, chunk after chunk of threads() points (Hillis-Steele in shared
+///      memory, a carry between chunks), and the k-th gets slot count + k: slot_of[pos] and
+///      ids[slot] are set;
+///   3. the new slices (contiguous, after the old count) are cleared and count is advanced.
+/// Slots and their order depend on the map alone: the same on every run and launch shape,
+/// and, as on the host (grad/storage.hpp), in order of first touch.
+template <class D, class M, std::size_t C, std::uint64_t Dep, class T>
+struct reserve_kernel {
+  static constexpr bool uses_barriers = true;
   D dom_;
   M map_;
   index_t n_;
-  index_t m_;
-  scatter_key* keys_;
+  std::int32_t* slot_of_;
+  std::int32_t* ids_;
+  T* data_;
+  std::int32_t* count_;
+  index_t slice_;
+  GRADIX_HOST_DEVICE index_t pos(index_t p) const {
+    coord<D::rank> d{};
+    detail::unravel_mask(d, dom_.extents(), Dep, p);
+    return ev::ax_value(get<C>(map_), d);
+  }
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    constexpr std::size_t RD = D::rank;
-    auto const ext = dom_.extents();
-    for (index_t p = grid_first(c); p < m_; p += grid_step(c)) {
-      index_t pos = index_t(PTRDIFF_MAX);
-      if (p < n_) {
-        coord<RD> d{};
-        detail::unravel_mask(d, ext, Dep, p);
-        pos = ev::ax_value(get<C>(map_), d);
-      }
-      keys_[p] = scatter_key{pos, p};
+    std::int32_t* const sh = c.template shared<std::int32_t>();
+    index_t const t = c.thread(), b = c.threads();
+    for (index_t p = t; p < n_; p += b) {
+      std::int32_t* const s = slot_of_ + pos(p);
+      c.atomic_cas(s, -1, INT32_MIN);
+      c.atomic_max(s, std::int32_t(-2 - p));
     }
+    std::int32_t const base = *count_;
+    c.sync();
+    std::int32_t carry = 0;
+    for (index_t chunk = 0; chunk < n_; chunk += b) {
+      index_t const p = chunk + t;
+      index_t const x = p < n_ ? pos(p) : 0;
+      std::int32_t const f = (p < n_ && slot_of_[x] == std::int32_t(-2 - p)) ? 1 : 0;
+      sh[t] = f;
+      c.sync();
+      for (index_t off = 1; off < b; off *= 2) {
+        std::int32_t const add = t >= off ? sh[t - off] : 0;
+        c.sync();
+        sh[t] += add;
+        c.sync();
+      }
+      if (f) {
+        std::int32_t const slot = base + carry + sh[t] - 1;
+        slot_of_[x] = slot;
+        ids_[slot] = std::int32_t(x);
+      }
+      carry += sh[b - 1];
+      c.sync();  // everyone has read sh[b - 1] before the next chunk writes sh
+    }
+    index_t const fresh = index_t(carry) * slice_;
+    T* const first = data_ + index_t(base) * slice_;
+    for (index_t e = t; e < fresh; e += b) first[e] = T(0);
+    if (t == 0) *count_ = base + carry;
   }
 };
 
 /// The pre-pass of one use on the device: a sparse storage reserves the slots of the
-/// positions the use writes along its axis (a dense one needs nothing).
+/// positions the use writes along its axis (a dense one needs nothing), with one
+/// reserve_kernel launch.
 template <class L, class Use>
 void prepare(L& l, Use const& u, launch_options o = {}) {
   using G = typename Use::storage_type;
@@ -288,15 +387,18 @@ void prepare(L& l, Use const& u, launch_options o = {}) {
       return r;
     }();
     index_t const n = detail::count_mask(ext, dep);
-    index_t const m = detail::key_count(n);
-    detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
-    scatter_key* const kp = keys.template as<scatter_key>();
+    if (n > index_t(INT32_MAX) - 2)
+      ::gradix::detail::fail("gradix::grid::backward: a use writes ", n, " positions of a sparse gradient in one call (at most ",
+                             INT32_MAX - 2, ")");
     using D = typename Use::domain_type;
     using MT = typename Use::map_type;
-    l.launch(shape_for(m, o, l.max_threads()), slot_keys_kernel<D, MT, G::axis, dep>{u.dom_, u.map_, n, m, kp});
-    for (index_t k = 2; k <= m; k *= 2)
-      for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
-    u.target_->reserve_sorted(kp, n, o);
+    using T = typename G::value_type;
+    auto const r = u.target_->make_room(n);
+    index_t const th = detail::reduce_threads(o, l.max_threads());
+    using KR = reserve_kernel<D, MT, G::axis, dep, T>;
+    static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: a reservation kernel must be trivially copyable");
+    l.launch(launch_shape{1, th, std::size_t(th) * sizeof(std::int32_t)},
+             KR{u.dom_, u.map_, n, r.slot_of, r.ids, r.data, r.count, r.slice});
   }
 }
 
@@ -321,6 +423,17 @@ void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
   index_t const n_proj = detail::count_mask(ext, A::projected);
   if (K::injective || mode == scatter_mode::atomic) {
     index_t const n_outer = detail::count_mask(ext, A::outer);
+    if constexpr (A::projected != 0 && !K::collapses_projected) {
+      if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
+        using KB = update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>;
+        static_assert(std::is_trivially_copyable_v<KB>, "gradix::grid: an update kernel must be trivially copyable");
+        using VT = std::remove_cvref_t<decltype(ev::evaluator<V>(u.v_)(std::declval<coord<RD>&>()))>;
+        index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+        l.launch(launch_shape{n_outer < cap ? n_outer : cap, block_lanes, std::size_t(block_lanes) * sizeof(VT)},
+                 KB{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
+        return;
+      }
+    }
     if constexpr (K::injective) {
       using KR = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, false>;
       static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: an update kernel must be trivially copyable");
@@ -343,8 +456,7 @@ void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
     detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
     scatter_key* const kp = keys.template as<scatter_key>();
     l.launch(shape_for(m, o, l.max_threads()), use_keys_kernel<D, M, A::key, RT>{u.dom_, u.map_, kst, n_keys, m, kp});
-    for (index_t k = 2; k <= m; k *= 2)
-      for (index_t j = k / 2; j > 0; j /= 2) l.launch(shape_for(m, o, l.max_threads()), bitonic_step_kernel{kp, m, j, k});
+    detail::bitonic_sort(l, kp, m, o);
     using KS = use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>;
     static_assert(std::is_trivially_copyable_v<KS>, "gradix::grid: an update kernel must be trivially copyable");
     l.launch(shape_for(n_keys * n_cols, o, l.max_threads()),

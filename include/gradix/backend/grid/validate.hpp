@@ -57,17 +57,22 @@ void for_each_index_node(N const& n, F&& f) {
 }  // namespace detail
 
 /// Validates every device index vector of expression e on l's device (see the file comment).
-/// Waits for the device once per device index vector; an expression without one launches
-/// nothing.
+/// Waits for the device once per device index vector whose bounds the host does not know
+/// (grid::device_indices records them); an expression without such a vector launches nothing.
 template <class L, class E>
 void validate_expression(L& l, E const& e, launch_options o = {}) {
   detail::for_each_index_node(e, [&](auto const& n) {
     using P = detail::index_node_parts<std::remove_cvref_t<decltype(n)>>;
     using Idx = typename P::index_kind;
     if constexpr (is_device_index<Idx>::value) {
-      std::string const op = std::string("gradix::") + Idx::name;
-      validate_indices(l, n.idx_.data_, n.idx_.size_, n.idx_.stride_, n.arg_.shape().extent(P::axis), op.c_str(), P::axis,
-                       o);
+      index_t const extent = n.arg_.shape().extent(P::axis);
+      auto const& iv = n.idx_;
+      // bounds the host knows (grid::device_indices): no kernel when they are in range
+      bool const known_ok = iv.bounds_ && (iv.size_ == 0 || (iv.lo_ >= 0 && iv.hi_ < static_cast<long long>(extent)));
+      if (!known_ok) {
+        std::string const op = std::string("gradix::") + Idx::name;
+        validate_indices(l, iv.data_, iv.size_, iv.stride_, extent, op.c_str(), P::axis, o);
+      }
     }
   });
 }
