@@ -298,6 +298,64 @@ struct use_segment_kernel {
   }
 };
 
+/// use_segment_kernel for long projected axes that v depends on: one block of block_lanes
+/// threads per (segment head, column coordinate) (a grid-stride loop over blocks); for each
+/// key of the segment, in key order, the block sums the projected points as
+/// update_block_kernel does (lanes, then a fixed tree), and thread 0 adds that into the
+/// segment's sum; the sum is stored once. The same bits on every run and launch shape.
+template <class D, class V, class M, class T, class Addr, std::uint64_t Key, std::uint64_t Col, std::uint64_t P>
+struct use_segment_block_kernel {
+  static constexpr bool uses_barriers = true;
+  D dom_;
+  V v_;
+  M map_;
+  T* data_;
+  Addr addr_;
+  scatter_key const* keys_;
+  index_t n_keys_;
+  index_t n_cols_;
+  index_t n_proj_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    constexpr std::size_t RD = D::rank;
+    ev::evaluator<V> const vev(v_);
+    auto const ext = dom_.extents();
+    using VT = std::remove_cvref_t<decltype(vev(std::declval<coord<RD>&>()))>;
+    VT* const sh = c.template shared<VT>();
+    index_t const t = c.thread();
+    index_t const total = n_keys_ * n_cols_;
+    for (index_t q = c.block(); q < total; q += c.blocks()) {
+      index_t const s = q / n_cols_, col = q % n_cols_;
+      index_t const tg = keys_[s].target;
+      if (s > 0 && keys_[s - 1].target == tg) continue;  // the same for the whole block
+      coord<RD> d{};
+      detail::unravel_mask(d, ext, Col, col);
+      VT seg{};
+      for (index_t r = s; r < n_keys_ && keys_[r].target == tg; ++r) {
+        detail::unravel_mask(d, ext, Key, keys_[r].pos);
+        VT acc{};
+        for (index_t p = t; p < n_proj_; p += block_lanes) {
+          detail::unravel_mask(d, ext, P, p);
+          acc += vev(d);
+        }
+        sh[t] = acc;
+        c.sync();
+        for (index_t h = block_lanes / 2; h > 0; h /= 2) {
+          if (t < h) sh[t] += sh[t + h];
+          c.sync();
+        }
+        if (t == 0) seg += sh[0];
+        c.sync();  // sh[0] is read before the next key writes sh
+      }
+      if (t == 0) {
+        detail::unravel_mask(d, ext, Key, keys_[s].pos);
+        data_[addr_.offset(ev::map_value(map_, d))] += T(seg);
+      }
+    }
+  }
+};
+
 /// Slot reservation of one use in a sparse storage, in one block, first-touch order: the
 /// positions pos(p) along the storage's axis of the points p < n_ over the axes in Dep (the
 /// axes the map's component C depends on), in the odometer's order.
@@ -394,7 +452,8 @@ void prepare(L& l, Use const& u, launch_options o = {}) {
     using MT = typename Use::map_type;
     using T = typename G::value_type;
     auto const r = u.target_->make_room(n);
-    index_t const th = detail::reduce_threads(o, l.max_threads());
+    // (the block's size changes no slot: by default the largest block, for the shortest scan)
+    index_t const th = detail::reduce_threads(o.threads > 0 ? o : launch_options{l.max_threads(), o.max_blocks}, l.max_threads());
     using KR = reserve_kernel<D, MT, G::axis, dep, T>;
     static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: a reservation kernel must be trivially copyable");
     l.launch(launch_shape{1, th, std::size_t(th) * sizeof(std::int32_t)},
@@ -457,6 +516,18 @@ void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
     scatter_key* const kp = keys.template as<scatter_key>();
     l.launch(shape_for(m, o, l.max_threads()), use_keys_kernel<D, M, A::key, RT>{u.dom_, u.map_, kst, n_keys, m, kp});
     detail::bitonic_sort(l, kp, m, o);
+    if constexpr (A::projected != 0 && !K::collapses_projected) {
+      if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
+        using KB = use_segment_block_kernel<D, V, M, T, Addr, A::key, A::column, A::projected>;
+        static_assert(std::is_trivially_copyable_v<KB>, "gradix::grid: an update kernel must be trivially copyable");
+        using VT = std::remove_cvref_t<decltype(ev::evaluator<V>(u.v_)(std::declval<coord<RD>&>()))>;
+        index_t const items = n_keys * n_cols;
+        index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+        l.launch(launch_shape{items < cap ? (items > 0 ? items : 1) : cap, block_lanes, std::size_t(block_lanes) * sizeof(VT)},
+                 KB{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj});
+        return;
+      }
+    }
     using KS = use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>;
     static_assert(std::is_trivially_copyable_v<KS>, "gradix::grid: an update kernel must be trivially copyable");
     l.launch(shape_for(n_keys * n_cols, o, l.max_threads()),
