@@ -4,10 +4,11 @@
 // gradix::cuda::launcher; tests/cuda/seed_device_test.cpp with the grid emulator, which is
 // how CI runs this code without a GPU.
 //
-// Each term is one forward kernel (grid::value: a fused gather + broadcast + fixed-order sum)
-// and one backward (grid::backward_only: validation of the device indices, then the slot
-// reservation and one update kernel per table use). Timings wait for the device at the end
-// of each phase.
+// Each term is one forward (grid::value: a fused gather + broadcast + fixed-order sum) and one
+// backward (grid::backward_only: the slot reservation and one update kernel per table use).
+// The indices are grid::device_indices, whose bounds the host recorded when they were
+// uploaded, so validating them is a comparison on the host: no kernel, no wait for the
+// device. Timings wait for the device at the end of each phase.
 #pragma once
 
 #include "seed_embedding.hpp"
