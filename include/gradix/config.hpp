@@ -57,6 +57,13 @@
 #else
 #define GRADIX_UNROLL(n)
 #endif
+/// GRADIX_DEVICE_UNROLL: unroll the next loop (a constant trip count) fully in device code
+/// (nvcc's device pass); nothing on the host.
+#if defined(__CUDA_ARCH__)
+#define GRADIX_DEVICE_UNROLL _Pragma("unroll")
+#else
+#define GRADIX_DEVICE_UNROLL
+#endif
 /// GRADIX_NO_UNROLL: do not unroll the next loop (an expensive body, eval/cost.hpp).
 #if defined(__CUDACC__)
 #define GRADIX_NO_UNROLL

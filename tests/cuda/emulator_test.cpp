@@ -515,6 +515,31 @@ TEST_CASE("grid::scatter_add_rows: an out-of-range index is found before anythin
   CHECK(m == "gradix::scatter_add: the source rows have shape [4, 3] for 3 indices into rows of 3 columns");
 }
 
+TEST_CASE("grid::scatter_add_rows: device_indices, checked by their bounds on the host") {
+  std::vector<float> src(4 * 3), dst(5 * 3, 2.0f);
+  for (std::size_t k = 0; k < src.size(); ++k) src[k] = float(k) * 0.5f;
+  auto sv = gx::view<gx::row_major, gx::cuda_space>(src.data(), gx::dims(4, 3));
+  for (auto mode : {gx::grid::scatter_mode::deterministic, gx::grid::scatter_mode::atomic}) {
+    launcher l;
+    std::vector<std::int32_t> const ids{3, 0, 3, 4};
+    auto known = gx::grid::device_indices<std::int32_t, launcher>::from_host(l, ids);
+    std::vector<float> a = dst, b = dst;
+    auto av = gx::view<gx::row_major, gx::cuda_space>(a.data(), gx::dims(5, 3));
+    auto bv = gx::view<gx::row_major, gx::cuda_space>(b.data(), gx::dims(5, 3));
+    index_t const l0 = l.launches();
+    gx::grid::scatter_add_rows(l, av, ids.data(), 4, 1, sv, mode);
+    index_t const l1 = l.launches();
+    gx::grid::scatter_add_rows(l, bv, known, sv, mode);
+    CHECK(l.launches() - l1 == l1 - l0 - 1);  // the same, less the validation kernel
+    CHECK(a == b);
+    // out of range: the validation kernel names the first bad position; nothing written
+    auto bad = gx::grid::device_indices<std::int32_t, launcher>::from_host(l, std::vector<std::int32_t>{1, 2, 5, -1});
+    std::string m = error_of([&] { gx::grid::scatter_add_rows(l, bv, bad, sv, mode, "gradix::embedding"); });
+    CHECK(m == "gradix::embedding: index 5 (position 2) is out of range for axis 0 of extent 5");
+    CHECK(a == b);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Sparse row gradient storage on the device (backend/grid/sparse.hpp).
 

@@ -100,59 +100,6 @@ auto indices(device_tensor<I, S, L, Layout> const& t) {
   return ::gradix::indices(t.cview());
 }
 
-/// Index values in device memory whose bounds the host knows: the values come only from the
-/// host (from_host, upload), which records their smallest and largest value as it copies them,
-/// and the class gives no writable access to the device memory. A gather by
-/// `grid::indices(device_indices)` is then validated by a comparison on the host, with no
-/// validation kernel and no wait for the device; only when a bound is out of range does the
-/// validation kernel run, to name the first bad position as usual.
-template <class I, class L>
-class device_indices {
-  static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>,
-                "gradix::grid::device_indices: index values must be integers");
-
- public:
-  using value_type = I;
-  using launcher_type = L;
-  /// A device copy of the n values at host (in l's order).
-  device_indices(L& l, I const* host, index_t n) : t_(l, dims(n)) { upload(host, n); }
-  template <class S, class Layout>
-  static device_indices from_host(L& l, tensor<I, S, Layout> const& h) {
-    static_assert(S::rank == 1, "gradix::grid::device_indices: the host index tensor must have rank 1");
-    return device_indices(l, h.data(), h.size());
-  }
-  template <class A>
-  static device_indices from_host(L& l, std::vector<I, A> const& h) {
-    return device_indices(l, h.data(), index_t(h.size()));
-  }
-  /// Replaces the values with the n values at host (n must be size()); records their bounds.
-  void upload(I const* host, index_t n) {
-    if (n != size())
-      ::gradix::detail::fail("gradix::grid::device_indices::upload: ", n, " values for a vector of ", size());
-    long long lo = 0, hi = -1;
-    for (index_t k = 0; k < n; ++k) {
-      long long const v = static_cast<long long>(host[k]);
-      if (k == 0 || v < lo) lo = v;
-      if (k == 0 || v > hi) hi = v;
-    }
-    // (an unsigned value past LLONG_MAX turns negative above: lo < 0, so the kernel checks)
-    if (n > 0) t_.launcher().copy_to_device(t_.data(), host, std::size_t(n) * sizeof(I));
-    lo_ = lo;
-    hi_ = hi;
-  }
-  index_t size() const { return t_.size(); }
-  /// The smallest and largest value (0 and -1 when empty).
-  long long min() const { return lo_; }
-  long long max() const { return hi_; }
-  tensor_view<I const, shape<dyn>, row_major, cuda_space> cview() const { return t_.cview(); }
-  L& launcher() const { return t_.launcher(); }
-
- private:
-  device_tensor<I, shape<dyn>, L> t_;
-  long long lo_ = 0;
-  long long hi_ = -1;
-};
-
 template <class I, class L>
 auto indices(device_indices<I, L> const& t) {
   auto r = ::gradix::indices(t.cview());

@@ -96,10 +96,17 @@ struct reduce_tiles_kernel {
       T acc = Op::template identity<T>();
       if (item < items) {
         index_t const r0 = tile * reduce_tile + lane;
+        // all of the lane's loads first, then the combination in the fixed order: the loads do
+        // not wait for each other (one after another, a lane took 32 memory latencies)
+        T v[reduce_lanes];
+        GRADIX_DEVICE_UNROLL
         for (index_t j = 0; j < reduce_lanes; ++j) {
           index_t const r = r0 + j * reduce_lanes;
-          if (r < n_) acc = Op::template combine<T>(acc, T(ev(detail::compose<Mask, R>(ext, o, r))));
+          v[j] = r < n_ ? T(ev(detail::compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
         }
+        GRADIX_DEVICE_UNROLL
+        for (index_t j = 0; j < reduce_lanes; ++j)
+          if (r0 + j * reduce_lanes < n_) acc = Op::template combine<T>(acc, v[j]);
       }
       sh[c.thread()] = acc;
       c.sync();

@@ -362,9 +362,8 @@ struct use_segment_block_kernel {
 ///   1. every thread marks its points: a position without a slot (-1) becomes INT32_MIN,
 ///      then holds max(-2 - p) = -2 - (its first point); stored slots (>= 0) are unchanged;
 ///   2. the points where pos(p) holds -2 - p (the first touch of a new position) are counted
-///      by an exclusive scan, chunk after chunk of threads() points (Hillis-Steele in shared
-///      memory, a carry between chunks), and the k-th gets slot count + k: slot_of[pos] and
-///      ids[slot] are set;
+///      by an exclusive scan (each thread owns consecutive points, one scan over the
+///      threads), and the k-th gets slot count + k: slot_of[pos] and ids[slot] are set;
 ///   3. the new slices (contiguous, after the old count) are cleared and count is advanced.
 /// Slots and their order depend on the map alone: the same on every run and launch shape,
 /// and, as on the host (grad/storage.hpp), in order of first touch.
@@ -396,26 +395,32 @@ struct reserve_kernel {
     }
     std::int32_t const base = *count_;
     c.sync();
-    std::int32_t carry = 0;
-    for (index_t chunk = 0; chunk < n_; chunk += b) {
-      index_t const p = chunk + t;
-      index_t const x = p < n_ ? pos(p) : 0;
-      std::int32_t const f = (p < n_ && slot_of_[x] == std::int32_t(-2 - p)) ? 1 : 0;
-      sh[t] = f;
+    // each thread owns consecutive points [lo, hi): it counts its first touches of new
+    // positions, one exclusive scan over the threads (Hillis-Steele in shared memory) gives
+    // its first slot, and it assigns its points' slots in order
+    index_t const per = (n_ + b - 1) / b;
+    index_t const lo = t * per < n_ ? t * per : n_;
+    index_t const hi = lo + per < n_ ? lo + per : n_;
+    std::int32_t mine = 0;
+    for (index_t p = lo; p < hi; ++p)
+      if (slot_of_[pos(p)] == std::int32_t(-2 - p)) ++mine;
+    sh[t] = mine;
+    c.sync();
+    for (index_t off = 1; off < b; off *= 2) {
+      std::int32_t const add = t >= off ? sh[t - off] : 0;
       c.sync();
-      for (index_t off = 1; off < b; off *= 2) {
-        std::int32_t const add = t >= off ? sh[t - off] : 0;
-        c.sync();
-        sh[t] += add;
-        c.sync();
+      sh[t] += add;
+      c.sync();
+    }
+    std::int32_t const carry = sh[b - 1];
+    std::int32_t next = base + sh[t] - mine;
+    for (index_t p = lo; p < hi; ++p) {
+      index_t const x = pos(p);
+      if (slot_of_[x] == std::int32_t(-2 - p)) {  // only this thread holds x's first touch
+        slot_of_[x] = next;
+        ids_[next] = std::int32_t(x);
+        ++next;
       }
-      if (f) {
-        std::int32_t const slot = base + carry + sh[t] - 1;
-        slot_of_[x] = slot;
-        ids_[slot] = std::int32_t(x);
-      }
-      carry += sh[b - 1];
-      c.sync();  // everyone has read sh[b - 1] before the next chunk writes sh
     }
     index_t const fresh = index_t(carry) * slice_;
     T* const first = data_ + index_t(base) * slice_;
