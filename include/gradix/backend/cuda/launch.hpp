@@ -13,7 +13,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 namespace gradix::cuda {
 
@@ -119,6 +123,14 @@ __global__ void run_kernel(K k) {
 
 /// Launches kernels and manages memory in one stream (default: the per-thread default
 /// stream), in stream order.
+///
+/// Small blocks (at most 1 MiB, rounded up to a power of two from 256 bytes) that gradix gives
+/// back are kept for reuse, up to 64 MiB in all, and handed out again in stream order, as
+/// cudaMallocAsync's pool would, without the driver call: a call like grid::value needs
+/// three scratch blocks, and each cudaMallocAsync / cudaFreeAsync pair costs microseconds of
+/// host time. The kept blocks go back to the driver (cudaFreeAsync) when the launcher goes.
+/// Copies of a launcher share its stream and its cache; the cache is safe to use from several
+/// host threads.
 class launcher {
  public:
   launcher() = default;
@@ -134,12 +146,42 @@ class launcher {
     check(cudaGetLastError(), "kernel launch");
   }
   void* allocate(std::size_t bytes) {
+    std::size_t const size = block_size(bytes);
+    {
+      std::lock_guard<std::mutex> g(cache_->m);
+      if (size <= cache::max_block) {
+        auto it = cache_->free.find(size);
+        if (it != cache_->free.end() && !it->second.empty()) {
+          void* p = it->second.back();
+          it->second.pop_back();
+          cache_->kept -= size;
+          cache_->live.emplace(p, size);
+          return p;
+        }
+      }
+    }
     void* p = nullptr;
-    check(cudaMallocAsync(&p, bytes ? bytes : 1, stream_), "cudaMallocAsync");
+    check(cudaMallocAsync(&p, size, stream_), "cudaMallocAsync");
+    std::lock_guard<std::mutex> g(cache_->m);
+    cache_->live.emplace(p, size);
     return p;
   }
   void deallocate(void* p) {
     // (no throw: called from destructors; a failure here shows at the next checked call)
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> g(cache_->m);
+      auto it = cache_->live.find(p);
+      if (it != cache_->live.end()) {
+        std::size_t const size = it->second;
+        cache_->live.erase(it);
+        if (size <= cache::max_block && cache_->kept + size <= cache::max_kept) {
+          cache_->free[size].push_back(p);
+          cache_->kept += size;
+          return;
+        }
+      }
+    }
     (void)cudaFreeAsync(p, stream_);
   }
   void copy_to_host(void* dst, void const* src, std::size_t bytes) {
@@ -156,7 +198,32 @@ class launcher {
   void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
+  struct cache {
+    static constexpr std::size_t max_block = std::size_t(1) << 20;
+    static constexpr std::size_t max_kept = std::size_t(64) << 20;
+    std::mutex m;
+    std::unordered_map<void*, std::size_t> live;              // every block handed out, by size
+    std::unordered_map<std::size_t, std::vector<void*>> free;  // small blocks kept for reuse
+    std::size_t kept = 0;
+    cudaStream_t stream = cudaStreamPerThread;
+    ~cache() {
+      for (auto& [size, blocks] : free)
+        for (void* p : blocks) (void)cudaFreeAsync(p, stream);
+    }
+  };
+  static std::size_t block_size(std::size_t bytes) {
+    if (bytes > cache::max_block) return bytes;
+    std::size_t s = 256;
+    while (s < bytes) s *= 2;
+    return s;
+  }
+  static std::shared_ptr<cache> make_cache(cudaStream_t s) {
+    auto c = std::make_shared<cache>();
+    c->stream = s;
+    return c;
+  }
   cudaStream_t stream_ = cudaStreamPerThread;
+  std::shared_ptr<cache> cache_ = make_cache(stream_);
 };
 
 /// This thread's launcher on cudaStreamPerThread: the one gx::eval, value and assign use for a

@@ -96,17 +96,22 @@ struct reduce_tiles_kernel {
       T acc = Op::template identity<T>();
       if (item < items) {
         index_t const r0 = tile * reduce_tile + lane;
-        // all of the lane's loads first, then the combination in the fixed order: the loads do
-        // not wait for each other (one after another, a lane took 32 memory latencies)
-        T v[reduce_lanes];
-        GRADIX_DEVICE_UNROLL
-        for (index_t j = 0; j < reduce_lanes; ++j) {
-          index_t const r = r0 + j * reduce_lanes;
-          v[j] = r < n_ ? T(ev(detail::compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
+        // a group of the lane's loads first, then their combination in the fixed order: the
+        // loads of a group do not wait for each other (one after another, a lane took 32
+        // memory latencies); groups of 8 keep the registers within what a block of 1024
+        // threads may use
+        constexpr index_t group = 8;
+        for (index_t j0 = 0; j0 < reduce_lanes; j0 += group) {
+          T v[group];
+          GRADIX_DEVICE_UNROLL
+          for (index_t q = 0; q < group; ++q) {
+            index_t const r = r0 + (j0 + q) * reduce_lanes;
+            v[q] = r < n_ ? T(ev(detail::compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
+          }
+          GRADIX_DEVICE_UNROLL
+          for (index_t q = 0; q < group; ++q)
+            if (r0 + (j0 + q) * reduce_lanes < n_) acc = Op::template combine<T>(acc, v[q]);
         }
-        GRADIX_DEVICE_UNROLL
-        for (index_t j = 0; j < reduce_lanes; ++j)
-          if (r0 + j * reduce_lanes < n_) acc = Op::template combine<T>(acc, v[j]);
       }
       sh[c.thread()] = acc;
       c.sync();
