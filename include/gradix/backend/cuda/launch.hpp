@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -129,8 +130,9 @@ __global__ void run_kernel(K k) {
 /// cudaMallocAsync's pool would, without the driver call: a call like grid::value needs
 /// three scratch blocks, and each cudaMallocAsync / cudaFreeAsync pair costs microseconds of
 /// host time. The kept blocks go back to the driver (cudaFreeAsync) when the launcher goes.
-/// Copies of a launcher share its stream and its cache; the cache is safe to use from several
-/// host threads.
+/// Reads of at most 4 KiB (copy_to_host: a loss, a count, a flag) go through a page-locked
+/// buffer the launcher keeps. Copies of a launcher share its stream, its cache and that
+/// buffer; both are safe to use from several host threads.
 class launcher {
  public:
   launcher() = default;
@@ -185,6 +187,17 @@ class launcher {
     (void)cudaFreeAsync(p, stream_);
   }
   void copy_to_host(void* dst, void const* src, std::size_t bytes) {
+    if (bytes <= cache::staging_bytes) {
+      // a small read (a loss, a count, a flag) goes through page-locked memory the launcher
+      // keeps: a copy into pageable memory is staged by the driver, which costs more than the
+      // read itself
+      std::lock_guard<std::mutex> g(cache_->staging_m);
+      void* const pinned = cache_->staging_buffer();
+      check(cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      std::memcpy(dst, pinned, bytes);
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
@@ -206,9 +219,18 @@ class launcher {
     std::unordered_map<std::size_t, std::vector<void*>> free;  // small blocks kept for reuse
     std::size_t kept = 0;
     cudaStream_t stream = cudaStreamPerThread;
+    // page-locked host memory for small reads (copy_to_host), made on first use
+    static constexpr std::size_t staging_bytes = 4096;
+    std::mutex staging_m;
+    void* staging = nullptr;
+    void* staging_buffer() {
+      if (!staging) check(cudaMallocHost(&staging, staging_bytes), "cudaMallocHost");
+      return staging;
+    }
     ~cache() {
       for (auto& [size, blocks] : free)
         for (void* p : blocks) (void)cudaFreeAsync(p, stream);
+      if (staging) (void)cudaFreeHost(staging);
     }
   };
   static std::size_t block_size(std::size_t bytes) {
