@@ -4,11 +4,14 @@
 // the founding benchmark's size (5000 rows of 64 into 65,535) and at a bandwidth-bound size
 // (1,048,576 rows of 64). Medians of --reps timed runs (CUDA events) after a warm-up. Prints a
 // table and one JSON line. With --check, also checks that the deterministic scatter gives the
-// same bits twice and is close to the atomic one. Without a CUDA device it exits 77.
+// same bits twice and is close to the atomic one. Also the cost of a call apart from its work
+// (host microseconds: an empty launch, a launch and a read that waits, a grid::value of the
+// per-term forward's shape). Without a CUDA device it exits 77.
 //
 // Usage: bench_cuda_kernels [--reps R] [--check]
 #include <gradix/backend/cuda/launch.hpp>
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/dispatch.hpp>
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
@@ -17,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -60,6 +64,31 @@ struct row {
   double ms;
   double bytes;
 };
+
+/// A kernel that does nothing: what a launch costs by itself.
+struct empty_kernel {
+  static constexpr bool uses_barriers = false;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const&) const {}
+};
+
+/// Median over reps of the host microseconds per call of f, over batches of `calls` calls
+/// (the device waited for at the end of each batch, inside the timing).
+template <class F>
+double host_us(L& l, int reps, int calls, F&& f) {
+  f();
+  l.synchronize();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto const t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) f();
+    l.synchronize();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
 
 }  // namespace
 
@@ -128,6 +157,27 @@ int main(int argc, char** argv) {
     }
   }
 
+  // what a call costs apart from its work: the founding benchmark's per-term loop makes
+  // 100 calls per step, each a few launches and (for a value) one read that waits
+  struct call_row {
+    char const* name;
+    double us;
+  };
+  std::vector<call_row> calls;
+  calls.push_back({"launch of an empty kernel (queued, 1000 per wait)",
+                   host_us(l, reps, 1000, [&] { l.launch(gx::grid::launch_shape{1, 32, 0}, empty_kernel{}); })});
+  calls.push_back({"empty kernel, then a 4-byte read that waits",
+                   host_us(l, reps, 100, [&] {
+                     l.launch(gx::grid::launch_shape{1, 32, 0}, empty_kernel{});
+                     float v = 0;
+                     l.copy_to_host(&v, s.data(), sizeof v);
+                   })});
+  auto const term = gx::view<gx::row_major, gx::cuda_space>(x.cview().data(), gx::dims(5000, 64));
+  calls.push_back({"grid::value(sum of 5000 x 64), the per-term forward's shape",
+                   host_us(l, reps, 100, [&] { (void)gx::grid::value(l, gx::sum(term)); })});
+  std::printf("\n| call | us |\n| --- | ---: |\n");
+  for (auto const& c : calls) std::printf("| %s | %.2f |\n", c.name, c.us);
+
   double const copy_gbs = rows[0].bytes / rows[0].ms / 1e6;
   std::printf("device: %s\n\n| kernel | ms | GB/s | of copy |\n| --- | ---: | ---: | ---: |\n", prop.name);
   std::string json = std::string("{\"bench\":\"cuda_kernels\",\"device\":\"") + prop.name + "\",\"rows\":[";
@@ -137,6 +187,12 @@ int main(int argc, char** argv) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"ms\":%.5f,\"gbs\":%.1f}", i ? "," : "", rows[i].name.c_str(),
                   rows[i].ms, gbs);
+    json += buf;
+  }
+  json += "],\"calls\":[";
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"us\":%.3f}", i ? "," : "", calls[i].name, calls[i].us);
     json += buf;
   }
   json += "],\"failures\":" + std::to_string(failures) + "}";

@@ -128,6 +128,10 @@ if kern:
     print("\n| grid kernel | ms | GB/s | of copy |\n| --- | ---: | ---: | ---: |")
     for r in kern["rows"]:
         print("| %s | %.4f | %.0f | %.2f |" % (r["name"], r["ms"], r["gbs"], r["gbs"] / copy if copy else float("nan")))
+    if kern.get("calls"):
+        print("\n| call (host time) | us |\n| --- | ---: |")
+        for c in kern["calls"]:
+            print("| %s | %.2f |" % (c["name"], c["us"]))
     summary["kernels"] = kern
     summary["scatter_of_copy"] = {n: r["gbs"] / copy for n, r in rows.items() if n.startswith("scatter") and copy}
 print("\n" + json.dumps(summary, separators=(",", ":")))
