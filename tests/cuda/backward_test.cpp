@@ -252,33 +252,40 @@ std::vector<std::int32_t> first_touch(std::vector<std::int32_t> const& v) {
 
 TEST_CASE("grid::backward: sparse slots in first-touch order over many calls, the storage growing only with what is stored") {
   using T = double;
-  index_t const rows = 5, cols = 400;
+  // an extent far above what the calls touch, so that a storage that grew with the bound
+  // alone (30 calls x 100 indices) would fail the capacity check
+  index_t const rows = 3, cols = 100000, per_call = 100;
   auto const ht = gx::randn<T, gx::col_major>(gx::dims(rows, cols), 61);
-  auto hp = gx::param(ht, gx::sparse_grad<1>);
-  launcher l;
-  auto dp = grid::param(to_device(l, ht), gx::sparse_grad<1>);
-  std::vector<std::int32_t> all_ids;
-  for (int call = 0; call < 12; ++call) {
-    // calls 0-5 touch new columns, 6-11 mostly the same ones again
-    auto ids = zipf(40, call < 6 ? 60 * (call + 1) : 60, std::uint64_t(70 + call));
-    for (auto& x : ids) x = std::int32_t((x * 7 + call) % cols);
-    if (call >= 6)
-      for (auto& x : ids) x = ids[0] == x ? x : std::int32_t((x * 7) % cols);
-    all_ids.insert(all_ids.end(), ids.begin(), ids.end());
-    auto const hidx = index_tensor(ids);
-    gx::backward(gx::sum(gx::square(hp(gx::all, gx::indices(hidx)))));
-    auto const didx = to_device(l, hidx);
-    grid::backward(l, gx::sum(gx::square(dp(gx::all, grid::indices(didx)))), {mode::atomic, {}});
-    auto const stored = dp.grad().ids();
-    REQUIRE(stored == first_touch(all_ids));
-    // the capacity follows the stored count and a call's index count, never the table's extent
-    CHECK(dp.grad().capacity() <= 2 * index_t(stored.size()) + 8 * 40 + 16);
+  for (config c : configs) {  // 32 threads: several points per thread in the reservation
+    auto hp = gx::param(ht, gx::sparse_grad<1>);
+    launcher l = make_launcher(c);
+    {
+      auto dp = grid::param(to_device(l, ht), gx::sparse_grad<1>);
+      std::vector<std::int32_t> all_ids;
+      for (int call = 0; call < 30; ++call) {
+        // calls 0-5 touch new columns, 6-29 the same ones again (a bound that only grew would
+        // reach 3000 slices)
+        auto ids = zipf(per_call, call < 6 ? 150 * (call + 1) : 150, std::uint64_t(70 + call));
+        for (auto& x : ids) x = std::int32_t((x * 7 + (call < 6 ? call : 0)) % cols);
+        all_ids.insert(all_ids.end(), ids.begin(), ids.end());
+        auto const hidx = index_tensor(ids);
+        gx::backward(gx::sum(gx::square(hp(gx::all, gx::indices(hidx)))));
+        auto const didx = to_device(l, hidx);
+        grid::backward(l, gx::sum(gx::square(dp(gx::all, grid::indices(didx)))), {mode::atomic, {c.threads, c.max_blocks}});
+        auto const stored = dp.grad().ids();
+        INFO("threads " << c.threads << ", call " << call);
+        REQUIRE(stored == first_touch(all_ids));
+        // the capacity follows the stored count and a call's index count, never the extent
+        CHECK(dp.grad().capacity() <= 2 * index_t(stored.size()) + 8 * per_call + 16);
+      }
+      check_close(hp.grad().to_dense(), dp.grad().download(), 1e-12, "accumulated over 30 calls");
+      // the host's sparse storage is in first-touch order too
+      std::vector<std::int32_t> host_ids;
+      for (index_t k = 0; k < hp.grad().size(); ++k) host_ids.push_back(std::int32_t(hp.grad().id(k)));
+      CHECK(host_ids == dp.grad().ids());
+    }
+    CHECK(l.live_allocations() == 0);
   }
-  check_close(hp.grad().to_dense(), dp.grad().download(), 1e-12, "accumulated over 12 calls");
-  // the host's sparse storage is in first-touch order too
-  std::vector<std::int32_t> host_ids;
-  for (index_t k = 0; k < hp.grad().size(); ++k) host_ids.push_back(std::int32_t(hp.grad().id(k)));
-  CHECK(host_ids == dp.grad().ids());
 }
 
 namespace {
@@ -329,6 +336,20 @@ TEST_CASE("grid::device_indices: bounds known on the host, so no validation kern
   grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(neg))));
   CHECK(dp.grad().ids() == std::vector<std::int32_t>{7, 2});
   CHECK(error_of([&] { neg.upload(ids.data(), 5); }) == "gradix::grid::device_indices::upload: 5 values for a vector of 2");
+
+  // an expression built once sees later uploads: bounds are read when it runs
+  grid::zero_grad(dp);
+  auto reused = grid::device_indices<std::int32_t, launcher>::from_host(l, std::vector<std::int32_t>{1, 2});
+  auto e = gx::sum(dp(gx::all, grid::indices(reused)));
+  grid::backward_only(l, e);
+  reused.upload(std::vector<std::int32_t>{4, 9}.data(), 2);
+  CHECK(error_of([&] { grid::backward_only(l, e); }) ==
+        "gradix::gather: index 9 (position 1) is out of range for axis 1 of extent 9");
+  CHECK(dp.grad().ids() == std::vector<std::int32_t>{1, 2});
+  // a moved-from vector says so
+  auto moved = std::move(reused);
+  CHECK(error_of([&] { (void)reused.min(); }) ==
+        "gradix::grid::device_indices::bounds: the vector was moved from and holds nothing");
 }
 
 TEST_CASE("grid::backward: long projected axes that v depends on run one block per outer coordinate (fixed bits)") {

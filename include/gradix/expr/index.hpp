@@ -56,14 +56,16 @@ struct unique_vec : index_vec<I> {
 /// index_vec, validated when a device backend runs the expression (a validation kernel
 /// before anything is written, backend/grid/validate.hpp), not when it is built.
 ///
-/// When the host knows bounds of the values (`grid::device_indices` records them when its
-/// values are uploaded: bounds_ is set and every value lies in [lo_, hi_]), validation is a
+/// When the host knows bounds of the values (`grid::device_indices` keeps them, updated with
+/// every upload; bounds_ points at them, read when the expression runs), validation is a
 /// comparison on the host: no kernel, no wait for the device.
+struct index_bounds {
+  long long lo = 0;  // every value lies in [lo, hi] (an empty vector: 0 and -1)
+  long long hi = -1;
+};
 template <class I>
 struct device_index_vec : index_vec<I> {
-  long long lo_ = 0;
-  long long hi_ = -1;
-  bool bounds_ = false;
+  index_bounds const* bounds_ = nullptr;
 };
 /// start, start + step, ... (`size_` values); an affine map.
 struct index_range {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -132,11 +133,18 @@ __global__ void run_kernel(K k) {
 /// host time. The kept blocks go back to the driver (cudaFreeAsync) when the launcher goes.
 /// Reads of at most 4 KiB (copy_to_host: a loss, a count, a flag) go through a page-locked
 /// buffer the launcher keeps. Copies of a launcher share its stream, its cache and that
-/// buffer; both are safe to use from several host threads.
+/// buffer; both are safe to use from several host threads. With cudaStreamPerThread (a
+/// different stream in each host thread) a kept block goes back only to the thread that gave
+/// it back, so reuse stays in stream order; when cudaMallocAsync runs out of memory, the kept
+/// blocks are given back (cudaFree, which waits for the device) and it is tried once more.
 class launcher {
  public:
   launcher() = default;
   explicit launcher(cudaStream_t s) : stream_(s) {}
+  // (copies share the cache; no move, so a moved-from launcher keeps working, as memory it
+  // handed out is given back through it)
+  launcher(launcher const&) = default;
+  launcher& operator=(launcher const&) = default;
 
   cudaStream_t stream() const { return stream_; }
   index_t max_threads() const { return 1024; }
@@ -152,20 +160,26 @@ class launcher {
     {
       std::lock_guard<std::mutex> g(cache_->m);
       if (size <= cache::max_block) {
-        auto it = cache_->free.find(size);
+        auto it = cache_->free.find(key(size));
         if (it != cache_->free.end() && !it->second.empty()) {
           void* p = it->second.back();
           it->second.pop_back();
           cache_->kept -= size;
-          cache_->live.emplace(p, size);
+          cache_->live.insert_or_assign(p, size);
           return p;
         }
       }
     }
     void* p = nullptr;
-    check(cudaMallocAsync(&p, size, stream_), "cudaMallocAsync");
+    cudaError_t e = cudaMallocAsync(&p, size, stream_);
+    if (e == cudaErrorMemoryAllocation) {  // give the kept blocks back, then try once more
+      (void)cudaGetLastError();
+      cache_->trim();
+      e = cudaMallocAsync(&p, size, stream_);
+    }
+    check(e, "cudaMallocAsync");
     std::lock_guard<std::mutex> g(cache_->m);
-    cache_->live.emplace(p, size);
+    cache_->live.insert_or_assign(p, size);
     return p;
   }
   void deallocate(void* p) {
@@ -178,7 +192,7 @@ class launcher {
         std::size_t const size = it->second;
         cache_->live.erase(it);
         if (size <= cache::max_block && cache_->kept + size <= cache::max_kept) {
-          cache_->free[size].push_back(p);
+          cache_->free[key(size)].push_back(p);
           cache_->kept += size;
           return;
         }
@@ -187,12 +201,12 @@ class launcher {
     (void)cudaFreeAsync(p, stream_);
   }
   void copy_to_host(void* dst, void const* src, std::size_t bytes) {
-    if (bytes <= cache::staging_bytes) {
+    if (bytes <= cache::staging_bytes && cache_->staging_buffer()) {
       // a small read (a loss, a count, a flag) goes through page-locked memory the launcher
       // keeps: a copy into pageable memory is staged by the driver, which costs more than the
       // read itself
-      std::lock_guard<std::mutex> g(cache_->staging_m);
-      void* const pinned = cache_->staging_buffer();
+      std::lock_guard<std::mutex> g(cache_->staging_use);
+      void* const pinned = cache_->staging;
       check(cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       std::memcpy(dst, pinned, bytes);
@@ -211,41 +225,65 @@ class launcher {
   void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
+  // A kept block is handed out again only in an order the stream guarantees: to any thread
+  // when the stream is one stream for all of them, but for cudaStreamPerThread (a different
+  // stream in each host thread) only to the thread that gave it back.
+  using block_key = std::pair<std::size_t, std::thread::id>;
+  struct key_hash {
+    std::size_t operator()(block_key const& k) const {
+      return std::hash<std::size_t>()(k.first) ^ (std::hash<std::thread::id>()(k.second) << 1);
+    }
+  };
   struct cache {
     static constexpr std::size_t max_block = std::size_t(1) << 20;
     static constexpr std::size_t max_kept = std::size_t(64) << 20;
     std::mutex m;
-    std::unordered_map<void*, std::size_t> live;              // every block handed out, by size
-    std::unordered_map<std::size_t, std::vector<void*>> free;  // small blocks kept for reuse
+    std::unordered_map<void*, std::size_t> live;                          // every block handed out
+    std::unordered_map<block_key, std::vector<void*>, key_hash> free;     // small blocks kept
     std::size_t kept = 0;
-    cudaStream_t stream = cudaStreamPerThread;
-    // page-locked host memory for small reads (copy_to_host), made on first use
+    // page-locked host memory for small reads (copy_to_host), made on first use (null if
+    // cudaMallocHost fails: the reads then go to pageable memory)
     static constexpr std::size_t staging_bytes = 4096;
-    std::mutex staging_m;
+    std::mutex staging_m;    // making the buffer
+    std::mutex staging_use;  // a read through it
     void* staging = nullptr;
+    bool staging_tried = false;
     void* staging_buffer() {
-      if (!staging) check(cudaMallocHost(&staging, staging_bytes), "cudaMallocHost");
+      std::lock_guard<std::mutex> g(staging_m);
+      if (!staging_tried) {
+        staging_tried = true;
+        if (cudaMallocHost(&staging, staging_bytes) != cudaSuccess) {
+          (void)cudaGetLastError();
+          staging = nullptr;
+        }
+      }
       return staging;
     }
+    /// Gives every kept block back to the driver. cudaFree waits for the device, so a block
+    /// that another thread's stream may still be using is safe to free from here.
+    void trim() {
+      std::lock_guard<std::mutex> g(m);
+      for (auto& [k, blocks] : free)
+        for (void* p : blocks) (void)cudaFree(p);
+      free.clear();
+      kept = 0;
+    }
     ~cache() {
-      for (auto& [size, blocks] : free)
-        for (void* p : blocks) (void)cudaFreeAsync(p, stream);
+      trim();
       if (staging) (void)cudaFreeHost(staging);
     }
   };
+  block_key key(std::size_t size) const {
+    return {size, stream_ == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id()};
+  }
   static std::size_t block_size(std::size_t bytes) {
     if (bytes > cache::max_block) return bytes;
     std::size_t s = 256;
     while (s < bytes) s *= 2;
     return s;
   }
-  static std::shared_ptr<cache> make_cache(cudaStream_t s) {
-    auto c = std::make_shared<cache>();
-    c->stream = s;
-    return c;
-  }
   cudaStream_t stream_ = cudaStreamPerThread;
-  std::shared_ptr<cache> cache_ = make_cache(stream_);
+  std::shared_ptr<cache> cache_ = std::make_shared<cache>();
 };
 
 /// This thread's launcher on cudaStreamPerThread: the one gx::eval, value and assign use for a

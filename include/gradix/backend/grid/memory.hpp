@@ -11,8 +11,10 @@
 #include "gradix/core/shape.hpp"
 #include "gradix/core/tensor.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/expr/index.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -124,7 +126,9 @@ class device_indices {
   using value_type = I;
   using launcher_type = L;
   /// A device copy of the n values at host (in l's order).
-  device_indices(L& l, I const* host, index_t n) : t_(l, dims(n)) { upload(host, n); }
+  device_indices(L& l, I const* host, index_t n) : t_(l, dims(n)), b_(std::make_unique<index_bounds>()) {
+    upload(host, n);
+  }
   template <class S, class Layout>
   static device_indices from_host(L& l, tensor<I, S, Layout> const& h) {
     static_assert(S::rank == 1, "gradix::grid::device_indices: the host index tensor must have rank 1");
@@ -136,6 +140,7 @@ class device_indices {
   }
   /// Replaces the values with the n values at host (n must be size()); records their bounds.
   void upload(I const* host, index_t n) {
+    held("upload");
     if (n != size())
       ::gradix::detail::fail("gradix::grid::device_indices::upload: ", n, " values for a vector of ", size());
     long long lo = 0, hi = -1;
@@ -146,20 +151,28 @@ class device_indices {
     }
     // (an unsigned value past LLONG_MAX turns negative above: lo < 0, so the kernel checks)
     if (n > 0) t_.launcher().copy_to_device(t_.data(), host, std::size_t(n) * sizeof(I));
-    lo_ = lo;
-    hi_ = hi;
+    b_->lo = lo;
+    b_->hi = hi;
   }
   index_t size() const { return t_.size(); }
   /// The smallest and largest value (0 and -1 when empty).
-  long long min() const { return lo_; }
-  long long max() const { return hi_; }
+  long long min() const { return bounds().lo; }
+  long long max() const { return bounds().hi; }
+  /// The bounds, at an address that stays the same for the object's life (moves included),
+  /// so expressions built over it see later uploads.
+  index_bounds const& bounds() const {
+    held("bounds");
+    return *b_;
+  }
   tensor_view<I const, shape<dyn>, row_major, cuda_space> cview() const { return t_.cview(); }
   L& launcher() const { return t_.launcher(); }
 
  private:
+  void held(char const* what) const {
+    if (!b_) ::gradix::detail::fail("gradix::grid::device_indices::", what, ": the vector was moved from and holds nothing");
+  }
   device_tensor<I, shape<dyn>, L> t_;
-  long long lo_ = 0;
-  long long hi_ = -1;
+  std::unique_ptr<index_bounds> b_;
 };
 
 /// device_tensor for a shape value: `grid::make_device_tensor<float>(l, dims(n, fix<4>))`.

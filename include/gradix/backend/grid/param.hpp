@@ -103,9 +103,7 @@ auto indices(device_tensor<I, S, L, Layout> const& t) {
 template <class I, class L>
 auto indices(device_indices<I, L> const& t) {
   auto r = ::gradix::indices(t.cview());
-  r.lo_ = t.min();
-  r.hi_ = t.max();
-  r.bounds_ = true;
+  r.bounds_ = &t.bounds();  // read when the expression runs: later uploads are seen
   return r;
 }
 /// (The expression would outlive the index vector.)

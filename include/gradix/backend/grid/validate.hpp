@@ -67,8 +67,10 @@ void validate_expression(L& l, E const& e, launch_options o = {}) {
     if constexpr (is_device_index<Idx>::value) {
       index_t const extent = n.arg_.shape().extent(P::axis);
       auto const& iv = n.idx_;
-      // bounds the host knows (grid::device_indices): no kernel when they are in range
-      bool const known_ok = iv.bounds_ && (iv.size_ == 0 || (iv.lo_ >= 0 && iv.hi_ < static_cast<long long>(extent)));
+      // bounds the host knows (grid::device_indices, as of its last upload): no kernel when
+      // they are in range
+      bool const known_ok =
+          iv.bounds_ && (iv.size_ == 0 || (iv.bounds_->lo >= 0 && iv.bounds_->hi < static_cast<long long>(extent)));
       if (!known_ok) {
         std::string const op = std::string("gradix::") + Idx::name;
         validate_indices(l, iv.data_, iv.size_, iv.stride_, extent, op.c_str(), P::axis, o);
