@@ -62,6 +62,8 @@ struct unique_vec : index_vec<I> {
 struct index_bounds {
   long long lo = 0;  // every value lies in [lo, hi] (an empty vector: 0 and -1)
   long long hi = -1;
+  /// Whether every value is a valid position along an axis of this extent.
+  constexpr bool within(index_t extent) const { return hi < lo || (lo >= 0 && hi < static_cast<long long>(extent)); }
 };
 template <class I>
 struct device_index_vec : index_vec<I> {

@@ -117,12 +117,7 @@ struct new_rows_scan_kernel {
       std::int32_t const f = is_new(s) ? 1 : 0;
       sh[t] = f;
       c.sync();
-      for (index_t off = 1; off < b; off *= 2) {
-        std::int32_t const add = t >= off ? sh[t - off] : 0;
-        c.sync();
-        sh[t] += add;
-        c.sync();
-      }
+      detail::block_inclusive_scan(c, sh);
       if (s < n_) rank_[s] = carry + sh[t] - f;
       carry += sh[b - 1];
       c.sync();  // everyone has read sh[b - 1] before the next chunk writes sh

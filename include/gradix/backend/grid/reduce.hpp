@@ -126,6 +126,20 @@ struct reduce_tiles_kernel {
 };
 
 namespace detail {
+/// sh[t] = sh[0] + ... + sh[t] for the block's threads t (an inclusive Hillis-Steele scan in
+/// shared memory; every thread of the block calls it; it ends with a barrier).
+GRADIX_KERNEL_BODY
+template <class Ctx, class S>
+GRADIX_HOST_DEVICE void block_inclusive_scan(Ctx const& c, S* sh) {
+  index_t const t = c.thread(), b = c.threads();
+  for (index_t off = 1; off < b; off *= 2) {
+    S const add = t >= off ? sh[t - off] : S(0);
+    c.sync();
+    sh[t] += add;
+    c.sync();
+  }
+}
+
 /// Device memory from launcher l, given back when the guard goes.
 template <class L>
 struct scratch {

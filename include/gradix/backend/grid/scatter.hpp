@@ -142,7 +142,6 @@ inline constexpr index_t sort_tile = 2048;
 /// compare-exchange of the pairs (i, i + j), ascending where (i & k) == 0 (i the global index).
 struct bitonic_tile_kernel {
   static constexpr bool uses_barriers = true;
-  using value_type = scatter_key;
   scatter_key* keys_;
   index_t m_;
   index_t tile_;
@@ -246,12 +245,6 @@ void sort_keys(L& l, scatter_key* kp, index_t m, I const* idx, index_t n, index_
 }
 }  // namespace detail
 
-namespace detail {
-template <class L, class DT, class DS, class DL, class I, class E>
-void scatter_rows_unchecked(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
-                            E const& src, scatter_mode mode, launch_options o);
-}  // namespace detail
-
 /// dst(idx[i], d) += src(i, d) with an atomic add per element.
 template <class DV, class E, class I>
 struct atomic_scatter_kernel {
@@ -275,51 +268,21 @@ struct atomic_scatter_kernel {
   }
 };
 
-/// dst[idx[i], :] += src(i, :) for the n indices at idx (device memory, every stride-th
-/// element); dst is a rank-2 device view (rows x columns, any layout), src a device
-/// expression of shape [n, columns]. Validates every index first (nothing is written when
-/// one is out of range; `op` names the operation in the message). See the file comment for
-/// the modes.
-template <class L, class DT, class DS, class DL, class I, class E>
-void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
-                      E const& src, scatter_mode mode, char const* op = "gradix::scatter_add", launch_options o = {}) {
-  static_assert(DS::rank == 2 && shape_of_t<E>::rank == 2,
-                "gradix::grid::scatter_add_rows: dst and src are rank 2 (rows x columns)");
-  static_assert(detail::device_expression<E>,
-                "gradix::grid::scatter_add_rows: src reads host memory; every leaf must be a cuda_space view");
-  auto const se = src.shape().extents();
-  if (se[0] != n || se[1] != dst.extent(1))
-    ::gradix::detail::fail(op, ": the source rows have shape ", to_string(src.shape()), " for ", n,
-                           " indices into rows of ", dst.extent(1), " columns");
-  validate_indices(l, idx, n, stride, dst.extent(0), op, 0, o);
-  detail::scatter_rows_unchecked(l, dst, idx, n, stride, src, mode, o);
-}
-
-/// scatter_add_rows with the indices of a grid::device_indices (stride 1): validated by its
-/// bounds on the host, with no kernel and no wait, unless a bound is out of range.
-template <class L, class DT, class DS, class DL, class I, class E>
-void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, device_indices<I, L> const& idx, E const& src,
-                      scatter_mode mode, char const* op = "gradix::scatter_add", launch_options o = {}) {
-  static_assert(DS::rank == 2 && shape_of_t<E>::rank == 2,
-                "gradix::grid::scatter_add_rows: dst and src are rank 2 (rows x columns)");
-  static_assert(detail::device_expression<E>,
-                "gradix::grid::scatter_add_rows: src reads host memory; every leaf must be a cuda_space view");
-  index_t const n = idx.size();
-  auto const se = src.shape().extents();
-  if (se[0] != n || se[1] != dst.extent(1))
-    ::gradix::detail::fail(op, ": the source rows have shape ", to_string(src.shape()), " for ", n,
-                           " indices into rows of ", dst.extent(1), " columns");
-  I const* const ip = idx.cview().data();
-  if (!(n == 0 || (idx.min() >= 0 && idx.max() < static_cast<long long>(dst.extent(0)))))
-    validate_indices(l, ip, n, 1, dst.extent(0), op, 0, o);
-  detail::scatter_rows_unchecked(l, dst, ip, n, 1, src, mode, o);
-}
-
 namespace detail {
-/// The scatter of scatter_add_rows after its checks.
+/// scatter_add_rows: checks the source's shape, validates the indices unless `checked` (their
+/// bounds are known to be in range), then scatters.
 template <class L, class DT, class DS, class DL, class I, class E>
-void scatter_rows_unchecked(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
-                            E const& src, scatter_mode mode, launch_options o) {
+void scatter_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
+                  E const& src, scatter_mode mode, char const* op, launch_options o, bool checked) {
+  static_assert(DS::rank == 2 && shape_of_t<E>::rank == 2,
+                "gradix::grid::scatter_add_rows: dst and src are rank 2 (rows x columns)");
+  static_assert(detail::device_expression<E>,
+                "gradix::grid::scatter_add_rows: src reads host memory; every leaf must be a cuda_space view");
+  auto const se = src.shape().extents();
+  if (se[0] != n || se[1] != dst.extent(1))
+    ::gradix::detail::fail(op, ": the source rows have shape ", to_string(src.shape()), " for ", n,
+                           " indices into rows of ", dst.extent(1), " columns");
+  if (!checked) validate_indices(l, idx, n, stride, dst.extent(0), op, 0, o);
   index_t const cols = dst.extent(1);
   if (n == 0 || cols == 0) return;
   using DV = tensor_view<DT, DS, DL, cuda_space>;
@@ -335,5 +298,24 @@ void scatter_rows_unchecked(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst
            segment_sum_kernel<view_rows<DV>, E, DT>{{dst}, src, kp, n, cols});
 }
 }  // namespace detail
+
+/// dst[idx[i], :] += src(i, :) for the n indices at idx (device memory, every stride-th
+/// element); dst is a rank-2 device view (rows x columns, any layout), src a device
+/// expression of shape [n, columns]. Validates every index first (nothing is written when
+/// one is out of range; `op` names the operation in the message). See the file comment for
+/// the modes.
+template <class L, class DT, class DS, class DL, class I, class E>
+void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const* idx, index_t n, index_t stride,
+                      E const& src, scatter_mode mode, char const* op = "gradix::scatter_add", launch_options o = {}) {
+  detail::scatter_rows(l, dst, idx, n, stride, src, mode, op, o, false);
+}
+
+/// scatter_add_rows with the indices of a grid::device_indices (stride 1): validated by its
+/// bounds on the host, with no kernel and no wait, unless a bound is out of range.
+template <class L, class DT, class DS, class DL, class I, class E>
+void scatter_add_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, device_indices<I, L> const& idx, E const& src,
+                      scatter_mode mode, char const* op = "gradix::scatter_add", launch_options o = {}) {
+  detail::scatter_rows(l, dst, idx.cview().data(), idx.size(), 1, src, mode, op, o, idx.bounds().within(dst.extent(0)));
+}
 
 }  // namespace gradix::grid

@@ -176,6 +176,45 @@ struct update_kernel {
 inline constexpr index_t block_lanes = 256;
 inline constexpr index_t block_proj_min = 256;
 
+namespace detail {
+/// The value type of the evaluator of V at a rank-R coordinate.
+template <class V, std::size_t R>
+using value_at_t = std::remove_cvref_t<decltype(std::declval<ev::evaluator<V> const&>()(std::declval<coord<R>&>()))>;
+
+/// The sum of vev over the projected points (axes P) of d, by a block of block_lanes threads:
+/// lane l sums the points l, l + block_lanes, ... in that order, then a fixed pairwise tree in
+/// shared memory sh combines the lanes. Every thread of the block calls it and gets the sum;
+/// it ends with a barrier, so sh may be written again right after.
+GRADIX_KERNEL_BODY
+template <std::uint64_t P, class Ctx, class VE, class VT, std::size_t R>
+GRADIX_HOST_DEVICE VT block_projected_sum(Ctx const& c, VT* sh, VE const& vev, coord<R>& d, array<index_t, R> const& ext,
+                                          index_t n_proj) {
+  index_t const t = c.thread();
+  VT acc{};
+  for (index_t p = t; p < n_proj; p += block_lanes) {
+    unravel_mask(d, ext, P, p);
+    acc += vev(d);
+  }
+  sh[t] = acc;
+  c.sync();
+  for (index_t h = block_lanes / 2; h > 0; h /= 2) {
+    if (t < h) sh[t] += sh[t + h];
+    c.sync();
+  }
+  VT const s = sh[0];
+  c.sync();  // everyone has read sh[0] before sh is written again
+  return s;
+}
+
+/// Launches a block kernel K (block_lanes threads, one block per item up to the grid bound).
+template <class VT, class L, class K>
+void launch_blocks(L& l, K const& k, index_t items, launch_options o) {
+  static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: an update kernel must be trivially copyable");
+  index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+  l.launch(launch_shape{items < cap ? items : cap, block_lanes, std::size_t(block_lanes) * sizeof(VT)}, k);
+}
+}  // namespace detail
+
 /// One block of block_lanes threads per outer coordinate (a grid-stride loop over blocks),
 /// for uses whose projected axes are long and v depends on them (so they do not collapse):
 /// lane l sums the projected points l, l + block_lanes, ... in that order, a fixed pairwise
@@ -200,30 +239,17 @@ struct update_block_kernel {
     constexpr std::uint64_t outer = ad::all_axes_v<RD> & ~P;
     ev::evaluator<V> const vev(v_);
     auto const ext = dom_.extents();
-    using VT = std::remove_cvref_t<decltype(vev(std::declval<coord<RD>&>()))>;
+    using VT = detail::value_at_t<V, RD>;
     VT* const sh = c.template shared<VT>();
-    index_t const t = c.thread();
     for (index_t k = c.block(); k < n_outer_; k += c.blocks()) {
       coord<RD> d{};
       detail::unravel_mask(d, ext, outer, k);
-      VT acc{};
-      for (index_t p = t; p < n_proj_; p += block_lanes) {
-        detail::unravel_mask(d, ext, P, p);
-        acc += vev(d);
-      }
-      sh[t] = acc;
-      c.sync();
-      for (index_t h = block_lanes / 2; h > 0; h /= 2) {
-        if (t < h) sh[t] += sh[t + h];
-        c.sync();
-      }
-      if (t == 0) {
-        T const v = T(sh[0]);
+      T const v = T(detail::block_projected_sum<P>(c, sh, vev, d, ext, n_proj_));
+      if (c.thread() == 0) {
         index_t const off = addr_.offset(ev::map_value(map_, d));  // (m ignores projected axes)
         if constexpr (Atomic) c.atomic_add(data_ + off, v);
         else data_[off] += v;
       }
-      c.sync();  // sh[0] is read before the next coordinate writes sh
     }
   }
 };
@@ -321,9 +347,8 @@ struct use_segment_block_kernel {
     constexpr std::size_t RD = D::rank;
     ev::evaluator<V> const vev(v_);
     auto const ext = dom_.extents();
-    using VT = std::remove_cvref_t<decltype(vev(std::declval<coord<RD>&>()))>;
+    using VT = detail::value_at_t<V, RD>;
     VT* const sh = c.template shared<VT>();
-    index_t const t = c.thread();
     index_t const total = n_keys_ * n_cols_;
     for (index_t q = c.block(); q < total; q += c.blocks()) {
       index_t const s = q / n_cols_, col = q % n_cols_;
@@ -334,21 +359,9 @@ struct use_segment_block_kernel {
       VT seg{};
       for (index_t r = s; r < n_keys_ && keys_[r].target == tg; ++r) {
         detail::unravel_mask(d, ext, Key, keys_[r].pos);
-        VT acc{};
-        for (index_t p = t; p < n_proj_; p += block_lanes) {
-          detail::unravel_mask(d, ext, P, p);
-          acc += vev(d);
-        }
-        sh[t] = acc;
-        c.sync();
-        for (index_t h = block_lanes / 2; h > 0; h /= 2) {
-          if (t < h) sh[t] += sh[t + h];
-          c.sync();
-        }
-        if (t == 0) seg += sh[0];
-        c.sync();  // sh[0] is read before the next key writes sh
+        seg += detail::block_projected_sum<P>(c, sh, vev, d, ext, n_proj_);  // in key order
       }
-      if (t == 0) {
+      if (c.thread() == 0) {
         detail::unravel_mask(d, ext, Key, keys_[s].pos);
         data_[addr_.offset(ev::map_value(map_, d))] += T(seg);
       }
@@ -406,12 +419,7 @@ struct reserve_kernel {
       if (slot_of_[pos(p)] == std::int32_t(-2 - p)) ++mine;
     sh[t] = mine;
     c.sync();
-    for (index_t off = 1; off < b; off *= 2) {
-      std::int32_t const add = t >= off ? sh[t - off] : 0;
-      c.sync();
-      sh[t] += add;
-      c.sync();
-    }
+    detail::block_inclusive_scan(c, sh);
     std::int32_t const carry = sh[b - 1];
     std::int32_t next = base + sh[t] - mine;
     for (index_t p = lo; p < hi; ++p) {
@@ -490,11 +498,8 @@ void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
     if constexpr (A::projected != 0 && !K::collapses_projected) {
       if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
         using KB = update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>;
-        static_assert(std::is_trivially_copyable_v<KB>, "gradix::grid: an update kernel must be trivially copyable");
-        using VT = std::remove_cvref_t<decltype(ev::evaluator<V>(u.v_)(std::declval<coord<RD>&>()))>;
-        index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
-        l.launch(launch_shape{n_outer < cap ? n_outer : cap, block_lanes, std::size_t(block_lanes) * sizeof(VT)},
-                 KB{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
+        detail::launch_blocks<detail::value_at_t<V, RD>>(l, KB{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj},
+                                                         n_outer, o);
         return;
       }
     }
@@ -524,12 +529,8 @@ void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
     if constexpr (A::projected != 0 && !K::collapses_projected) {
       if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
         using KB = use_segment_block_kernel<D, V, M, T, Addr, A::key, A::column, A::projected>;
-        static_assert(std::is_trivially_copyable_v<KB>, "gradix::grid: an update kernel must be trivially copyable");
-        using VT = std::remove_cvref_t<decltype(ev::evaluator<V>(u.v_)(std::declval<coord<RD>&>()))>;
-        index_t const items = n_keys * n_cols;
-        index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
-        l.launch(launch_shape{items < cap ? (items > 0 ? items : 1) : cap, block_lanes, std::size_t(block_lanes) * sizeof(VT)},
-                 KB{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj});
+        detail::launch_blocks<detail::value_at_t<V, RD>>(l, KB{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj},
+                                                         n_keys * n_cols, o);
         return;
       }
     }

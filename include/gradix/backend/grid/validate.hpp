@@ -69,9 +69,7 @@ void validate_expression(L& l, E const& e, launch_options o = {}) {
       auto const& iv = n.idx_;
       // bounds the host knows (grid::device_indices, as of its last upload): no kernel when
       // they are in range
-      bool const known_ok =
-          iv.bounds_ && (iv.size_ == 0 || (iv.bounds_->lo >= 0 && iv.bounds_->hi < static_cast<long long>(extent)));
-      if (!known_ok) {
+      if (!(iv.bounds_ && iv.bounds_->within(extent))) {
         std::string const op = std::string("gradix::") + Idx::name;
         validate_indices(l, iv.data_, iv.size_, iv.stride_, extent, op.c_str(), P::axis, o);
       }
