@@ -284,9 +284,8 @@ class device_sparse_grad {
   /// capacity does it read the count back (one wait for the device), and only when the count
   /// plus n still does not fit does it grow: to max(2 x capacity, count + 4 n), at most the
   /// axis's extent (so at most 2 count + 8 n slices, as capacity < count + n then). So the
-  /// memory stays proportional to what is stored and a call's n, and a
-  /// run of calls that keep touching the same positions waits for the device once every few
-  /// calls at most.
+  /// memory stays proportional to what is stored and a call's n, and a run of calls that keep
+  /// touching the same positions waits for the device once every few calls at most.
   reservation make_room(index_t n) {
     index_t const ext = shape_.extent(Axis);
     auto const clamp = [ext](index_t v) { return v < ext ? v : ext; };
