@@ -415,3 +415,57 @@ TEST_CASE("grid::backward: long projected axes that v depends on run one block p
       CHECK(l.live_allocations() == 0);
     }
 }
+
+TEST_CASE("grid::backward: the uses of a plan share launches (one for the reservations, one for the updates) while their storages differ") {
+  using T = double;
+  auto const ha = gx::randn<T, gx::col_major>(gx::dims(5, 40), 101);
+  auto const hb = gx::randn<T, gx::col_major>(gx::dims(5, 30), 102);
+  std::vector<std::int32_t> const ids{4, 29, 4, 0, 17, 4};
+  auto const hidx = index_tensor(ids);
+  index_t const j = 23;
+  for (config c : configs) {
+    launcher l = make_launcher(c);
+    INFO("threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+    {
+      auto const di = grid::device_indices<std::int32_t, launcher>::from_host(l, ids);  // no validation kernel
+      // two tables: one reservation launch (a block each) and one update launch
+      auto dpa = grid::param(to_device(l, ha), gx::sparse_grad<1>);
+      auto dpb = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+      index_t l0 = l.launches();
+      grid::backward_only(l, gx::sum(dpb(gx::all, grid::indices(di)) + dpa(gx::all, gx::at(j))),
+                          {mode::atomic, {c.threads, c.max_blocks}});
+      CHECK(l.launches() - l0 == 2);
+      // the squared loss: the at(j) use sums over 6 gathered columns per thread, the gathered
+      // use one thread per element; still one launch for both
+      l0 = l.launches();
+      grid::backward_only(l, gx::sum(gx::square(dpb(gx::all, grid::indices(di)) + dpa(gx::all, gx::at(j)))),
+                          {mode::atomic, {c.threads, c.max_blocks}});
+      CHECK(l.launches() - l0 == 2);
+      auto hpa = gx::param(ha, gx::sparse_grad<1>);
+      auto hpb = gx::param(hb, gx::sparse_grad<1>);
+      gx::backward(gx::sum(hpb(gx::all, gx::indices(hidx)) + hpa(gx::all, gx::at(j))));
+      gx::backward(gx::sum(gx::square(hpb(gx::all, gx::indices(hidx)) + hpa(gx::all, gx::at(j)))));
+      check_close(hpa.grad().to_dense(), dpa.grad().download(), 1e-12, "fused: the at(j) table");
+      check_close(hpb.grad().to_dense(), dpb.grad().download(), 1e-12, "fused: the gathered table");
+      CHECK(hpa.grad().size() == index_t(dpa.grad().ids().size()));
+
+      // one table read twice: two groups, so two launches of each kind, one after the other
+      // (the second use's new slots follow the first's, as on the host)
+      auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+      auto dd = grid::param(to_device(l, ha));  // and a dense table, in the first group
+      l0 = l.launches();
+      grid::backward_only(l, gx::sum(dq(gx::all, grid::indices(di)) + dq(gx::all, gx::at(7)) + dd(gx::all, gx::at(j))),
+                          {mode::atomic, {c.threads, c.max_blocks}});
+      CHECK(l.launches() - l0 == 4);
+      auto hq = gx::param(hb, gx::sparse_grad<1>);
+      auto hd = gx::param(ha);
+      gx::backward(gx::sum(hq(gx::all, gx::indices(hidx)) + hq(gx::all, gx::at(7)) + hd(gx::all, gx::at(j))));
+      check_close(hq.grad().to_dense(), dq.grad().download(), 1e-12, "a table read twice");
+      check_close(hd.grad().to_dense(), dd.grad().download(), 1e-12, "the dense table beside it");
+      std::vector<std::int32_t> host_ids;
+      for (index_t k = 0; k < hq.grad().size(); ++k) host_ids.push_back(std::int32_t(hq.grad().id(k)));
+      CHECK(host_ids == dq.grad().ids());
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+}

@@ -73,6 +73,12 @@ class context {
     if (old == expected) *p = desired;
     return old;
   }
+  std::uint32_t atomic_fetch_add(std::uint32_t* p, std::uint32_t v) const {
+    std::uint32_t const old = *p;
+    *p += v;
+    return old;
+  }
+  void fence() const {}  // (one thread runs at a time: every write is already seen)
   /// Barrier; the call site is recorded, so that threads waiting at different sync() calls
   /// are reported (undefined behaviour on a GPU).
   void sync(std::source_location site = std::source_location::current()) const;
@@ -125,7 +131,15 @@ class launcher {
         }
       }
     }
+    if (counter_ != 0) {
+      counter_ = 0;
+      gradix::detail::fail("grid emulator: a kernel left the arrival counter at a non-zero value");
+    }
   }
+
+  /// A word of device memory that is zero between launches: a kernel that counts on it
+  /// (reduce_last_block_kernel) leaves it zero (checked after every launch).
+  std::uint32_t* arrival_counter() { return &counter_; }
 
   void* allocate(std::size_t bytes) {
     void* p = std::malloc(bytes ? bytes : 1);
@@ -254,6 +268,7 @@ class launcher {
   boost::context::pooled_fixedsize_stack stacks_{o_.stack_bytes};
   std::vector<allocation> live_;
   index_t launches_ = 0;
+  std::uint32_t counter_ = 0;
   fiber_thread* current_ = nullptr;
   bool in_barrier_free_ = false;
 };

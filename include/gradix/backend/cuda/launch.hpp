@@ -104,6 +104,21 @@ struct device_context {
     *p = v > *p ? v : *p;
 #endif
   }
+  /// *p += v; returns the old *p.
+  GRADIX_HOST_DEVICE std::uint32_t atomic_fetch_add(std::uint32_t* p, std::uint32_t v) const {
+#if defined(__CUDA_ARCH__)
+    return std::uint32_t(atomicAdd(reinterpret_cast<unsigned int*>(p), static_cast<unsigned int>(v)));
+#else
+    std::uint32_t const old = *p;
+    *p += v;
+    return old;
+#endif
+  }
+  GRADIX_HOST_DEVICE void fence() const {
+#if defined(__CUDA_ARCH__)
+    __threadfence();
+#endif
+  }
   /// *p = desired if *p == expected; returns the old *p.
   GRADIX_HOST_DEVICE std::int32_t atomic_cas(std::int32_t* p, std::int32_t expected, std::int32_t desired) const {
 #if defined(__CUDA_ARCH__)
@@ -200,6 +215,21 @@ class launcher {
     }
     (void)cudaFreeAsync(p, stream_);
   }
+  /// A word of device memory that is zero between launches in this launcher's stream (each
+  /// stream, and each host thread on cudaStreamPerThread, has its own): a kernel that counts
+  /// on it (reduce_last_block_kernel) leaves it zero. Made and cleared on first use.
+  std::uint32_t* arrival_counter() {
+    std::lock_guard<std::mutex> g(cache_->m);
+    auto const k = counter_key();
+    auto it = cache_->counters.find(k);
+    if (it != cache_->counters.end()) return it->second;
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, sizeof(std::uint32_t), stream_), "cudaMallocAsync");
+    check(cudaMemsetAsync(p, 0, sizeof(std::uint32_t), stream_), "cudaMemsetAsync");
+    auto* c = static_cast<std::uint32_t*>(p);
+    cache_->counters.emplace(k, c);
+    return c;
+  }
   void copy_to_host(void* dst, void const* src, std::size_t bytes) {
     if (bytes <= cache::staging_bytes && cache_->staging_buffer()) {
       // a small read (a loss, a count, a flag) goes through page-locked memory the launcher
@@ -241,6 +271,8 @@ class launcher {
     std::unordered_map<void*, std::size_t> live;                          // every block handed out
     std::unordered_map<block_key, std::vector<void*>, key_hash> free;     // small blocks kept
     std::size_t kept = 0;
+    // arrival counters, per stream (and thread, on cudaStreamPerThread)
+    std::unordered_map<block_key, std::uint32_t*, key_hash> counters;
     // page-locked host memory for small reads (copy_to_host), made on first use (null if
     // cudaMallocHost fails: the reads then go to pageable memory)
     static constexpr std::size_t staging_bytes = 4096;
@@ -270,9 +302,13 @@ class launcher {
     }
     ~cache() {
       trim();
+      for (auto& [k, p] : counters) (void)cudaFree(p);
       if (staging) (void)cudaFreeHost(staging);
     }
   };
+  block_key counter_key() const {
+    return {reinterpret_cast<std::size_t>(stream_), stream_ == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id()};
+  }
   block_key key(std::size_t size) const {
     return {size, stream_ == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id()};
   }

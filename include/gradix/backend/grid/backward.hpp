@@ -44,6 +44,7 @@
 #include "gradix/core/tuple.hpp"
 
 #include <atomic>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -113,7 +114,113 @@ void lock_targets(Lock& lock, Plan const& p) {
   for_each_element(p, [&](auto const& pu) { for_each_device_use(pu, [&](auto const& u) { lock.take(u.target_); }); });
 }
 
-/// Runs a plan on l: prepare every element (sparse slots), then every element's kernels.
+/// The plain uses of a plan element (a fused pair: its two uses; a multi_use: its members).
+template <class U>
+auto plain_uses(U const& u) {
+  using D = std::remove_cvref_t<U>;
+  if constexpr (ad::is_fused<D>::value) {
+    return ::gradix::make_tuple(u.first_, u.second_);
+  } else if constexpr (ad::is_multi<D>::value) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return ::gradix::make_tuple(member_as_use(u, get<I>(u.uses_))...);
+    }(std::make_index_sequence<std::remove_cvref_t<decltype(u.uses_)>::size>{});
+  } else {
+    return ::gradix::make_tuple(u);
+  }
+}
+/// Every plain use of a plan from element I on, in plan order.
+template <std::size_t I = 0, class... E>
+auto plan_uses(tuple<E...> const& p) {
+  if constexpr (I == sizeof...(E)) return tuple<>{};
+  else return ::gradix::tuple_cat(plain_uses(get<I>(p)), plan_uses<I + 1>(p));
+}
+
+/// Whether the uses U... run fused: reservations in one launch, updates in one launch (while
+/// their storages differ). A kernel's parameters must stay small (CUDA takes 4 KiB on every
+/// device), and a plan of many uses keeps one launch per use.
+template <class... U>
+inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= 8 &&
+                                    sizeof(fused_kernel<use_work<U>...>) <= 3072 &&
+                                    sizeof(fused_kernel<reserve_of_t<U>...>) <= 3072;
+
+/// Runs uses us on l, fused: uses whose storages differ share launches. The uses are cut into
+/// groups, in order, a new group starting at a use whose storage is in the current one
+/// already (a fused pair's two uses, for example); each group is one reservation launch (one
+/// block per sparse use), then, after every group's reservation, one update launch per group
+/// (each use's blocks a range of the launch, member_context). Members of a launch write
+/// different storages, so the plain stores of injective maps do not race.
+template <class L, class... U>
+void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
+  constexpr std::size_t N = sizeof...(U);
+  using Seq = std::index_sequence_for<U...>;
+  array<int, N> group{};
+  int groups = 0;
+  {
+    void const* in_group[N] = {};
+    std::size_t k = 0;
+    bool any = false;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            void const* const t = get<I>(us).target_;
+            group[I] = -1;
+            if (!t) return;
+            for (std::size_t q = 0; q < k; ++q)
+              if (in_group[q] == t) {
+                ++groups;
+                k = 0;
+                break;
+              }
+            in_group[k++] = t;
+            group[I] = groups;
+            any = true;
+          }(),
+          ...);
+    }(Seq{});
+    if (!any) return;
+    ++groups;
+  }
+  index_t const cap = o.launch.max_blocks > 0 ? o.launch.max_blocks : max_grid_blocks;
+  // 1. the reservations, group by group (each group's storages make room just before its launch)
+  index_t const rt = reserve_threads(l, o.launch);
+  for (int g = 0; g < groups; ++g) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      array<bool, N> active{};
+      fused_kernel<reserve_of_t<U>...> k{::gradix::make_tuple([&] {
+                                           auto r = make_reserve(get<I>(us), group[I] == g);
+                                           active[I] = r.active;
+                                           return r.k;
+                                         }()...),
+                                         {}};
+      k.first_[0] = 0;
+      ((k.first_[I + 1] = k.first_[I] + (active[I] ? 1 : 0)), ...);
+      static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
+      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], rt, std::size_t(rt) * sizeof(std::int32_t)}, k);
+    }(Seq{});
+  }
+  // 2. the updates, group by group
+  std::unique_ptr<scratch<L>> keys[N];
+  for (int g = 0; g < groups; ++g) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      fused_kernel<use_work<U>...> k{::gradix::make_tuple((group[I] == g ? make_work(l, get<I>(us), o.mode, keys[I], o.launch)
+                                                               : idle_work(get<I>(us)))...),
+                                     {}};
+      bool const blockwise = (get<I>(k.w_).blockwise() || ...);
+      index_t t = blockwise ? block_lanes : (o.launch.threads > 0 ? o.launch.threads : 256);
+      if (t > l.max_threads()) t = l.max_threads();
+      std::size_t shared = 0;
+      ((shared = get<I>(k.w_).shared_bytes() > shared ? get<I>(k.w_).shared_bytes() : shared), ...);
+      k.first_[0] = 0;
+      ((k.first_[I + 1] = k.first_[I] + get<I>(k.w_).blocks(t, cap)), ...);
+      static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
+      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], t, shared}, k);
+    }(Seq{});
+    for (auto& s : keys) s.reset();
+  }
+}
+
+/// Runs a plan on l: the reservations of sparse storages, then the update kernels; fused
+/// (run_fused_uses) when the plan's uses allow it, else one launch each, use after use.
 template <class L, class Plan>
 void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
   static_assert(device_plan<Plan>::value,
@@ -123,8 +230,13 @@ void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
   if constexpr (device_plan<Plan>::value) {
     ::gradix::detail::busy_lock<device_plan_uses_v<Plan>> lock(op);
     lock_targets(lock, p);
-    for_each_element(p, [&](auto const& u) { prepare(l, u, o.launch); });
-    for_each_element(p, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+    auto const us = plan_uses(p);
+    if constexpr ([]<class... U>(tuple<U...> const*) { return fuse_uses_v<U...>; }(static_cast<decltype(us) const*>(nullptr))) {
+      run_fused_uses(l, us, o);
+    } else {
+      for_each_element(us, [&](auto const& u) { prepare(l, u, o.launch); });
+      for_each_element(us, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+    }
   }
 }
 

@@ -22,6 +22,12 @@
 ///     c.atomic_min(p, v) *p = min(*p, v) for long long, atomically
 ///     c.atomic_max(p, v) *p = max(*p, v) for std::int32_t, atomically
 ///     c.atomic_cas(p, e, d)   *p = d if *p == e, for std::int32_t, atomically; returns the old *p
+///     c.atomic_fetch_add(p, v)   *p += v for std::uint32_t, atomically; returns the old *p
+///     c.fence()          orders this thread's earlier global writes before its later ones, as
+///                        every thread of the grid sees them (CUDA's __threadfence)
+///
+/// Several kernels can run as one launch (fused_kernel, below): each gets its own range of
+/// the launch's blocks, and sees it through a member_context as a grid of its own.
 ///
 /// Two launchers run such kernels: gradix::cuda::launcher (backend/cuda/launch.hpp) on a GPU,
 /// in a stream, and the host grid emulator of the tests (tests/cuda/emulator.hpp), which runs
@@ -38,7 +44,13 @@
 #include "gradix/config.hpp"
 #include "gradix/core/shape.hpp"
 
+#include "gradix/core/array.hpp"
+#include "gradix/core/tuple.hpp"
+
 #include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <utility>
 
 /// GRADIX_KERNEL_BODY: put before the `template <class Ctx> GRADIX_HOST_DEVICE void
 /// operator()(Ctx const&) const` of a device kernel. It tells nvcc not to check the execution
@@ -105,5 +117,114 @@ GRADIX_HOST_DEVICE constexpr coord<R> unravel(array<index_t, R> const& ext, inde
   }
   return c;
 }
+
+/// What one member of a fused launch sees: the launch's blocks [first, first + count) as a
+/// grid of its own (block() from 0, blocks() = count); everything else is the launch's context.
+template <class Ctx>
+struct member_context {
+  Ctx const& c_;
+  index_t first_;
+  index_t count_;
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE index_t block() const {
+    return c_.block() - first_;
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE index_t blocks() const {
+    return count_;
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE index_t thread() const {
+    return c_.thread();
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE index_t threads() const {
+    return c_.threads();
+  }
+  GRADIX_KERNEL_BODY
+  template <class T>
+  GRADIX_HOST_DEVICE T* shared() const {
+    return c_.template shared<T>();
+  }
+#if defined(__CUDA_ARCH__)
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE void sync() const {
+    c_.sync();
+  }
+#else
+  // (on the host, the call site goes on to a context that records it: the emulator reports
+  // threads that wait at different barriers)
+  template <int = 0>
+  void sync(std::source_location site = std::source_location::current()) const {
+    if constexpr (requires { c_.sync(site); }) c_.sync(site);
+    else c_.sync();
+  }
+#endif
+  GRADIX_KERNEL_BODY
+  template <class P, class V>
+  GRADIX_HOST_DEVICE void atomic_add(P* p, V v) const {
+    c_.atomic_add(p, v);
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE void atomic_min(long long* p, long long v) const {
+    c_.atomic_min(p, v);
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE void atomic_max(std::int32_t* p, std::int32_t v) const {
+    c_.atomic_max(p, v);
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE std::int32_t atomic_cas(std::int32_t* p, std::int32_t expected, std::int32_t desired) const {
+    return c_.atomic_cas(p, expected, desired);
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE std::uint32_t atomic_fetch_add(std::uint32_t* p, std::uint32_t v) const {
+    return c_.atomic_fetch_add(p, v);
+  }
+  GRADIX_KERNEL_BODY
+  template <int = 0>
+  GRADIX_HOST_DEVICE void fence() const {
+    c_.fence();
+  }
+};
+
+/// Kernels W... as one launch: member i runs on the blocks [first_[i], first_[i + 1]) and sees
+/// them as its grid (member_context); a member with no blocks does not run. Every member must
+/// work with the launch's threads per block and shared memory. Members run concurrently, in
+/// no order, so they must not depend on each other's writes, nor write the same memory
+/// unless atomically.
+template <class... W>
+struct fused_kernel {
+  static constexpr bool uses_barriers = (W::uses_barriers || ...);
+  static constexpr std::size_t members = sizeof...(W);
+  tuple<W...> w_;
+  array<index_t, sizeof...(W) + 1> first_;
+
+  GRADIX_KERNEL_BODY
+  template <std::size_t I, class Ctx>
+  GRADIX_HOST_DEVICE void run_member(Ctx const& c, index_t b) const {
+    if (b >= first_[I] && b < first_[I + 1]) get<I>(w_)(member_context<Ctx>{c, first_[I], first_[I + 1] - first_[I]});
+  }
+  GRADIX_KERNEL_BODY
+  template <class Ctx, std::size_t... I>
+  GRADIX_HOST_DEVICE void run_members(Ctx const& c, std::index_sequence<I...>) const {
+    index_t const b = c.block();
+    (run_member<I>(c, b), ...);
+  }
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    run_members(c, std::index_sequence_for<W...>{});
+  }
+};
 
 }  // namespace gradix::grid

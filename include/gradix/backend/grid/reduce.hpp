@@ -21,6 +21,7 @@
 #include "gradix/expr/reduce.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace gradix::grid {
@@ -28,6 +29,9 @@ namespace gradix::grid {
 /// Lanes per tile (one warp) and elements per tile.
 inline constexpr index_t reduce_lanes = 32;
 inline constexpr index_t reduce_tile = reduce_lanes * reduce_lanes;
+/// The most partials (outputs x tiles) that the last block of a one-launch reduction combines
+/// alone (reduce_last_block_kernel); more go through further passes.
+inline constexpr index_t one_launch_partials = index_t(1) << 15;
 
 namespace detail {
 /// The coordinate of an operand of rank R from an output index o (row-major over the axes
@@ -67,6 +71,53 @@ struct to_destination {
 };
 }  // namespace detail
 
+namespace detail {
+/// The items [first, items) of a pass, step apart, by the warps of one block: item = o *
+/// tiles + t (o < outputs, t < tiles) is the Op-reduction of tile t of output o's n reduced
+/// elements of the evaluator ev (axes Mask; extents ext), given to sink(item, o, value).
+/// Every thread of the block calls it (the loop is block-uniform: the same iterations and
+/// barriers for every thread); sh holds a T per thread, and it ends with a barrier.
+GRADIX_KERNEL_BODY
+template <class Op, axis_mask Mask, class T, class Ctx, class EV, std::size_t R, class Sink>
+GRADIX_HOST_DEVICE void reduce_items(Ctx const& c, T* sh, EV const& ev, array<index_t, R> const& ext, index_t outputs, index_t n,
+                                     index_t tiles, Sink const& sink, index_t first, index_t step) {
+  index_t const w = c.thread() / reduce_lanes, lane = c.thread() % reduce_lanes;
+  index_t const items = outputs * tiles;
+  for (index_t base = first; base < items; base += step) {
+    index_t const item = base + w;
+    index_t const o = item / tiles, tile = item % tiles;
+    T acc = Op::template identity<T>();
+    if (item < items) {
+      index_t const r0 = tile * reduce_tile + lane;
+      // a group of the lane's loads first, then their combination in the fixed order: the
+      // loads of a group do not wait for each other (one after another, a lane took 32
+      // memory latencies); groups of 8 keep the registers within what a block of 1024
+      // threads may use
+      constexpr index_t group = 8;
+      for (index_t j0 = 0; j0 < reduce_lanes; j0 += group) {
+        T v[group];
+        GRADIX_DEVICE_UNROLL
+        for (index_t q = 0; q < group; ++q) {
+          index_t const r = r0 + (j0 + q) * reduce_lanes;
+          v[q] = r < n ? T(ev(compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
+        }
+        GRADIX_DEVICE_UNROLL
+        for (index_t q = 0; q < group; ++q)
+          if (r0 + (j0 + q) * reduce_lanes < n) acc = Op::template combine<T>(acc, v[q]);
+      }
+    }
+    sh[c.thread()] = acc;
+    c.sync();
+    for (index_t s = reduce_lanes / 2; s > 0; s /= 2) {
+      if (lane < s) sh[c.thread()] = Op::template combine<T>(sh[c.thread()], sh[c.thread() + s]);
+      c.sync();
+    }
+    if (lane == 0 && item < items) sink(item, o, sh[c.thread()]);
+    c.sync();  // the next iteration writes sh again
+  }
+}
+}  // namespace detail
+
 /// One pass: for every item = o * tiles_ + t (o < outputs_, t < tiles_), the Op-reduction of
 /// tile t of output o's n_ reduced elements of arg_ (axes Mask), given to sink_. Needs
 /// threads a multiple of 32 and threads x sizeof(T) shared bytes.
@@ -82,46 +133,53 @@ struct reduce_tiles_kernel {
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    constexpr std::size_t R = shape_of_t<Arg>::rank;
     ev::evaluator<Arg> ev(arg_);
-    auto const ext = arg_.shape().extents();
+    index_t const warps = c.threads() / reduce_lanes;
+    detail::reduce_items<Op, Mask>(c, c.template shared<T>(), ev, arg_.shape().extents(), outputs_, n_, tiles_, sink_,
+                                   c.block() * warps, c.blocks() * warps);
+  }
+};
+
+/// Both passes of a two-level reduction in one launch: the tiles' partials as the first pass
+/// of reduce_passes writes them, then the last block to finish (an arrival counter, after a
+/// fence) reduces each output's partials as its second, final pass would: the same items in
+/// the same order, so the same bits. The counter (the launcher's arrival_counter) is zero
+/// before the launch, and the last block sets it to zero again. Needs threads x sizeof(T) +
+/// 16 shared bytes.
+template <class Op, axis_mask Mask, class Arg, class T, class Sink>
+struct reduce_last_block_kernel {
+  static constexpr bool uses_barriers = true;
+  using value_type = T;
+  Arg arg_;
+  T* partials_;
+  Sink sink_;
+  index_t outputs_;
+  index_t n_;
+  index_t tiles_;
+  std::uint32_t* counter_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     T* const sh = c.template shared<T>();
     index_t const warps = c.threads() / reduce_lanes;
-    index_t const w = c.thread() / reduce_lanes, lane = c.thread() % reduce_lanes;
-    index_t const items = outputs_ * tiles_;
-    // block-uniform loop: every thread of the block takes the same iterations and barriers
-    for (index_t base = c.block() * warps; base < items; base += c.blocks() * warps) {
-      index_t const item = base + w;
-      index_t const o = item / tiles_, tile = item % tiles_;
-      T acc = Op::template identity<T>();
-      if (item < items) {
-        index_t const r0 = tile * reduce_tile + lane;
-        // a group of the lane's loads first, then their combination in the fixed order: the
-        // loads of a group do not wait for each other (one after another, a lane took 32
-        // memory latencies); groups of 8 keep the registers within what a block of 1024
-        // threads may use
-        constexpr index_t group = 8;
-        for (index_t j0 = 0; j0 < reduce_lanes; j0 += group) {
-          T v[group];
-          GRADIX_DEVICE_UNROLL
-          for (index_t q = 0; q < group; ++q) {
-            index_t const r = r0 + (j0 + q) * reduce_lanes;
-            v[q] = r < n_ ? T(ev(detail::compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
-          }
-          GRADIX_DEVICE_UNROLL
-          for (index_t q = 0; q < group; ++q)
-            if (r0 + (j0 + q) * reduce_lanes < n_) acc = Op::template combine<T>(acc, v[q]);
-        }
-      }
-      sh[c.thread()] = acc;
-      c.sync();
-      for (index_t s = reduce_lanes / 2; s > 0; s /= 2) {
-        if (lane < s) sh[c.thread()] = Op::template combine<T>(sh[c.thread()], sh[c.thread() + s]);
-        c.sync();
-      }
-      if (lane == 0 && item < items) sink_(item, o, sh[c.thread()]);
-      c.sync();  // the next iteration writes sh again
+    {
+      ev::evaluator<Arg> ev(arg_);
+      detail::reduce_items<Op, Mask>(c, sh, ev, arg_.shape().extents(), outputs_, n_, tiles_, detail::to_partials<T>{partials_},
+                                     c.block() * warps, c.blocks() * warps);
     }
+    // every partial this block wrote is seen by the grid before its arrival is counted
+    c.fence();
+    c.sync();
+    std::uint32_t* const last = reinterpret_cast<std::uint32_t*>(sh + c.threads());
+    if (c.thread() == 0) *last = c.atomic_fetch_add(counter_, 1u) == std::uint32_t(c.blocks() - 1) ? 1u : 0u;
+    c.sync();
+    if (*last == 0) return;  // (the same for the whole block)
+    c.fence();
+    using PV = tensor_view<T const, shape<dyn, dyn>, row_major, cuda_space>;
+    PV const pv(partials_, dims(outputs_, tiles_));
+    ev::evaluator<PV> pev(pv);
+    detail::reduce_items<Op, 2>(c, sh, pev, pv.shape().extents(), outputs_, tiles_, 1, sink_, 0, warps);
+    if (c.thread() == 0) *counter_ = 0;
   }
 };
 
@@ -189,6 +247,22 @@ void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink c
   if (tiles <= 1) {
     launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, FinalSink>{arg, final, outputs, n, 1}, outputs, o);
     return;
+  }
+  if constexpr (requires { l.arrival_counter(); }) {
+    // two levels, and few enough partials for one block: one launch (reduce_last_block_kernel)
+    if (tiles <= reduce_tile && outputs * tiles <= one_launch_partials) {
+      scratch<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
+      using K = reduce_last_block_kernel<Op, Mask, Arg, T, FinalSink>;
+      static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: a kernel must be trivially copyable");
+      index_t const t = reduce_threads(o, l.max_threads());
+      index_t const warps = t / reduce_lanes;
+      index_t b = (outputs * tiles + warps - 1) / warps;
+      index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
+      if (b > cap) b = cap;
+      l.launch(launch_shape{b, t, std::size_t(t) * sizeof(T) + 16},
+               K{arg, a.template as<T>(), final, outputs, n, tiles, l.arrival_counter()});
+      return;
+    }
   }
   // pass 1 into a, then the partials of a into b, b into a, ... until one per output is left
   index_t const t2 = (tiles + reduce_tile - 1) / reduce_tile;

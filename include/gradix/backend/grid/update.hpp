@@ -36,6 +36,7 @@
 #include "gradix/eval/map.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -437,107 +438,266 @@ struct reserve_kernel {
   }
 };
 
+namespace detail {
+/// The axes of D that component C of a use's map (the sparse storage's axis) depends on.
+template <class Use, std::size_t C>
+inline constexpr std::uint64_t component_deps_v = [] {
+  using CT = ad::map_component_t<typename Use::map_type, C>;
+  std::uint64_t r = 0;
+  [&]<std::size_t... J>(std::index_sequence<J...>) { ((r |= ad::depends_v<CT, J> ? bit(J) : 0), ...); }(
+      std::make_index_sequence<ad::kernel_traits<Use>::domain_rank>{});
+  return r;
+}();
+
+/// A launch member that does nothing (the reservation of a use whose storage is dense).
+struct no_work {
+  static constexpr bool uses_barriers = false;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const&) const {}
+};
+
+/// The reservation kernel of a use (no_work for dense storage).
+template <class Use, bool Sparse = Use::storage_type::sparse>
+struct reserve_of {
+  using type = no_work;
+};
+template <class Use>
+struct reserve_of<Use, true> {
+  using G = typename Use::storage_type;
+  using type = reserve_kernel<typename Use::domain_type, typename Use::map_type, G::axis, component_deps_v<Use, G::axis>,
+                              typename G::value_type>;
+};
+template <class Use>
+using reserve_of_t = typename reserve_of<Use>::type;
+
+/// The reservation of use u, made ready to launch (the storage made room for it): `active`
+/// false when there is nothing to reserve (dense storage, no target, an empty domain).
+template <class Use>
+struct ready_reserve {
+  reserve_of_t<Use> k;
+  bool active;
+};
+template <class Use>
+ready_reserve<Use> make_reserve(Use const& u, bool wanted = true) {
+  using G = typename Use::storage_type;
+  if constexpr (!G::sparse) {
+    return {{}, false};
+  } else {
+    using K = ad::kernel_traits<Use>;
+    constexpr std::size_t RD = K::domain_rank;
+    auto const ext = u.dom_.extents();
+    bool empty = !u.target_ || !wanted;
+    for (std::size_t j = 0; j < RD; ++j)
+      if (ext[j] == 0) empty = true;
+    if (empty) return {{u.dom_, u.map_, 0, nullptr, nullptr, nullptr, nullptr, 0}, false};
+    index_t const n = count_mask(ext, component_deps_v<Use, G::axis>);
+    if (n > index_t(INT32_MAX) - 2)
+      ::gradix::detail::fail("gradix::grid::backward: a use writes ", n, " positions of a sparse gradient in one call (at most ",
+                             INT32_MAX - 2, ")");
+    auto const r = u.target_->make_room(n);
+    static_assert(std::is_trivially_copyable_v<reserve_of_t<Use>>,
+                  "gradix::grid: a reservation kernel must be trivially copyable");
+    return {{u.dom_, u.map_, n, r.slot_of, r.ids, r.data, r.count, r.slice}, true};
+  }
+}
+/// Threads per block of reservation launches (the block's size changes no slot: by default
+/// the largest block, for the shortest scan).
+template <class L>
+index_t reserve_threads(L& l, launch_options o) {
+  return reduce_threads(o.threads > 0 ? o : launch_options{l.max_threads(), o.max_blocks}, l.max_threads());
+}
+}  // namespace detail
+
 /// The pre-pass of one use on the device: a sparse storage reserves the slots of the
 /// positions the use writes along its axis (a dense one needs nothing), with one
 /// reserve_kernel launch.
 template <class L, class Use>
 void prepare(L& l, Use const& u, launch_options o = {}) {
-  using G = typename Use::storage_type;
-  if constexpr (G::sparse) {
-    if (!u.target_) return;
-    using K = ad::kernel_traits<Use>;
-    constexpr std::size_t RD = K::domain_rank;
-    auto const ext = u.dom_.extents();
-    for (std::size_t j = 0; j < RD; ++j)
-      if (ext[j] == 0) return;
-    using C = ad::map_component_t<typename Use::map_type, G::axis>;
-    constexpr std::uint64_t dep = [] {
-      std::uint64_t r = 0;
-      [&]<std::size_t... J>(std::index_sequence<J...>) { ((r |= ad::depends_v<C, J> ? detail::bit(J) : 0), ...); }(
-          std::make_index_sequence<RD>{});
-      return r;
-    }();
-    index_t const n = detail::count_mask(ext, dep);
-    if (n > index_t(INT32_MAX) - 2)
-      ::gradix::detail::fail("gradix::grid::backward: a use writes ", n, " positions of a sparse gradient in one call (at most ",
-                             INT32_MAX - 2, ")");
-    using D = typename Use::domain_type;
-    using MT = typename Use::map_type;
-    using T = typename G::value_type;
-    auto const r = u.target_->make_room(n);
-    // (the block's size changes no slot: by default the largest block, for the shortest scan)
-    index_t const th = detail::reduce_threads(o.threads > 0 ? o : launch_options{l.max_threads(), o.max_blocks}, l.max_threads());
-    using KR = reserve_kernel<D, MT, G::axis, dep, T>;
-    static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: a reservation kernel must be trivially copyable");
-    l.launch(launch_shape{1, th, std::size_t(th) * sizeof(std::int32_t)},
-             KR{u.dom_, u.map_, n, r.slot_of, r.ids, r.data, r.count, r.slice});
-  }
+  auto const r = detail::make_reserve(u);
+  if (!r.active) return;
+  index_t const th = detail::reserve_threads(l, o);
+  l.launch(launch_shape{1, th, std::size_t(th) * sizeof(std::int32_t)}, r.k);
 }
 
-/// Runs one use on the device (after prepare), in mode `mode` when its map is not injective.
-template <class L, class Use>
-void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
-  if (!u.target_) return;  // a use that grad() does not want
+namespace detail {
+/// Which kernel stores a use (see run()).
+enum class store_kind : std::uint8_t { none, thread, block, segment, segment_block };
+
+/// One use's update, with the kernel chosen at run time (kind_): update_kernel (thread),
+/// update_block_kernel (block), use_segment_kernel (segment) or use_segment_block_kernel
+/// (segment_block). run() launches the chosen kernel; a fused launch (backward.hpp) runs the
+/// work itself as a member.
+template <class Use>
+struct use_work {
   using K = ad::kernel_traits<Use>;
-  using A = detail::use_axes<Use>;
+  using A = use_axes<Use>;
   using G = typename Use::storage_type;
   using T = typename G::value_type;
   using D = typename Use::domain_type;
   using V = typename Use::value_expr;
   using M = typename Use::map_type;
-  using Addr = detail::address_of_t<G>;
-  constexpr std::size_t RD = K::domain_rank;
-  auto const ext = u.dom_.extents();
-  for (std::size_t j = 0; j < RD; ++j)
-    if (ext[j] == 0) return;
-  G& g = *u.target_;
-  Addr const addr = detail::address_of(g);
-  index_t const n_proj = detail::count_mask(ext, A::projected);
-  if (K::injective || mode == scatter_mode::atomic) {
-    index_t const n_outer = detail::count_mask(ext, A::outer);
-    if constexpr (A::projected != 0 && !K::collapses_projected) {
-      if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
-        using KB = update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>;
-        detail::launch_blocks<detail::value_at_t<V, RD>>(l, KB{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj},
-                                                         n_outer, o);
-        return;
+  using Addr = address_of_t<G>;
+  static constexpr std::size_t RD = K::domain_rank;
+  using VT = value_at_t<V, RD>;
+  /// Whether the use has projected axes that v depends on (a block may sum them).
+  static constexpr bool may_block = A::projected != 0 && !K::collapses_projected;
+  static constexpr bool uses_barriers = may_block;
+  using thread_kernel = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, !K::injective>;
+
+  D dom_;
+  V v_;
+  M map_;
+  T* data_;
+  Addr addr_;
+  index_t n_outer_;
+  index_t n_proj_;
+  scatter_key const* keys_;
+  index_t n_keys_;
+  index_t n_cols_;
+  store_kind kind_;
+
+  thread_kernel as_thread() const { return {dom_, v_, map_, data_, addr_, n_outer_, n_proj_}; }
+  auto as_block() const
+    requires may_block
+  {
+    return update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_};
+  }
+  auto as_segment() const
+    requires(!K::injective)
+  {
+    return use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>{
+        dom_, v_, map_, data_, addr_, keys_, n_keys_, n_cols_, n_proj_};
+  }
+  auto as_segment_block() const
+    requires(!K::injective && may_block)
+  {
+    return use_segment_block_kernel<D, V, M, T, Addr, A::key, A::column, A::projected>{
+        dom_, v_, map_, data_, addr_, keys_, n_keys_, n_cols_, n_proj_};
+  }
+
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    if (kind_ == store_kind::thread) {
+      thread_kernel{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+    }
+    if constexpr (may_block) {
+      if (kind_ == store_kind::block)
+        update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+    }
+    if constexpr (!K::injective) {
+      if (kind_ == store_kind::segment)
+        use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>{
+            dom_, v_, map_, data_, addr_, keys_, n_keys_, n_cols_, n_proj_}(c);
+      if constexpr (may_block) {
+        if (kind_ == store_kind::segment_block)
+          use_segment_block_kernel<D, V, M, T, Addr, A::key, A::column, A::projected>{
+              dom_, v_, map_, data_, addr_, keys_, n_keys_, n_cols_, n_proj_}(c);
       }
     }
-    if constexpr (K::injective) {
-      using KR = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, false>;
-      static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: an update kernel must be trivially copyable");
-      l.launch(shape_for(n_outer, o, l.max_threads()), KR{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
-    } else {
-      using KR = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, true>;
-      static_assert(std::is_trivially_copyable_v<KR>, "gradix::grid: an update kernel must be trivially copyable");
-      l.launch(shape_for(n_outer, o, l.max_threads()), KR{u.dom_, u.v_, u.map_, g.data(), addr, n_outer, n_proj});
+  }
+
+  /// Whether the chosen kernel runs block by block (block_lanes threads per block).
+  bool blockwise() const { return kind_ == store_kind::block || kind_ == store_kind::segment_block; }
+  /// The shared memory it needs per block.
+  std::size_t shared_bytes() const { return blockwise() ? std::size_t(block_lanes) * sizeof(VT) : 0; }
+  /// The blocks it takes with t threads per block, at most cap (0: nothing to run).
+  index_t blocks(index_t t, index_t cap) const {
+    index_t n = 0;
+    switch (kind_) {
+      case store_kind::none: return 0;
+      case store_kind::thread: n = (n_outer_ + t - 1) / t; break;
+      case store_kind::block: n = n_outer_; break;
+      case store_kind::segment: n = (n_keys_ * n_cols_ + t - 1) / t; break;
+      case store_kind::segment_block: n = n_keys_ * n_cols_; break;
     }
-    return;
+    if (n > cap) n = cap;
+    return n < 1 ? 1 : n;
+  }
+};
+
+/// The update of use u, chosen as run() describes, with u's storage as it is now (after its
+/// reservation). In deterministic mode a lookup's keys are made and sorted here, into
+/// `keys`, which must outlive the launch of the work.
+template <class Use>
+use_work<Use> idle_work(Use const& u) {
+  return {u.dom_, u.v_, u.map_, nullptr, {}, 0, 0, nullptr, 0, 0, store_kind::none};
+}
+template <class L, class Use>
+use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, launch_options o) {
+  using W = use_work<Use>;
+  using K = typename W::K;
+  using A = typename W::A;
+  using G = typename W::G;
+  W w = idle_work(u);
+  if (!u.target_) return w;  // a use that grad() does not want
+  auto const ext = u.dom_.extents();
+  for (std::size_t j = 0; j < W::RD; ++j)
+    if (ext[j] == 0) return w;
+  G& g = *u.target_;
+  w.data_ = g.data();
+  w.addr_ = address_of(g);
+  w.n_proj_ = count_mask(ext, A::projected);
+  bool const long_proj = W::may_block && w.n_proj_ >= block_proj_min && block_lanes <= l.max_threads();
+  if (K::injective || mode == scatter_mode::atomic) {
+    w.n_outer_ = count_mask(ext, A::outer);
+    w.kind_ = long_proj ? store_kind::block : store_kind::thread;
+    return w;
   }
   if constexpr (!K::injective) {
     constexpr std::size_t RT = K::target_rank;
-    index_t const n_keys = detail::count_mask(ext, A::key);
-    index_t const n_cols = detail::count_mask(ext, A::column);
+    w.n_keys_ = count_mask(ext, A::key);
+    w.n_cols_ = count_mask(ext, A::column);
     array<index_t, RT> kst = contiguous_strides<row_major>(g.shape().extents());
     for (std::size_t k = 0; k < RT; ++k)
       if (!((A::key_components >> k) & 1)) kst[k] = 0;
-    index_t const m = detail::key_count(n_keys);
-    detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
-    scatter_key* const kp = keys.template as<scatter_key>();
-    l.launch(shape_for(m, o, l.max_threads()), use_keys_kernel<D, M, A::key, RT>{u.dom_, u.map_, kst, n_keys, m, kp});
-    detail::bitonic_sort(l, kp, m, o);
-    if constexpr (A::projected != 0 && !K::collapses_projected) {
-      if (n_proj >= block_proj_min && block_lanes <= l.max_threads()) {
-        using KB = use_segment_block_kernel<D, V, M, T, Addr, A::key, A::column, A::projected>;
-        detail::launch_blocks<detail::value_at_t<V, RD>>(l, KB{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj},
-                                                         n_keys * n_cols, o);
-        return;
-      }
+    index_t const m = key_count(w.n_keys_);
+    keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+    scatter_key* const kp = keys->template as<scatter_key>();
+    l.launch(shape_for(m, o, l.max_threads()),
+             use_keys_kernel<typename W::D, typename W::M, A::key, RT>{u.dom_, u.map_, kst, w.n_keys_, m, kp});
+    bitonic_sort(l, kp, m, o);
+    w.keys_ = kp;
+    w.kind_ = long_proj ? store_kind::segment_block : store_kind::segment;
+  }
+  return w;
+}
+}  // namespace detail
+
+/// Runs one use on the device (after prepare), in mode `mode` when its map is not injective:
+/// one thread per outer coordinate (plain stores when the map is injective, atomic adds in
+/// atomic mode), or one block per outer coordinate when the projected axes are long and do not
+/// collapse; in deterministic mode, one thread (or block) per segment of sorted keys and
+/// column coordinate.
+template <class L, class Use>
+void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
+  std::unique_ptr<detail::scratch<L>> keys;
+  auto const w = detail::make_work(l, u, mode, keys, o);
+  using W = std::remove_cvref_t<decltype(w)>;
+  using VT = typename W::VT;
+  switch (w.kind_) {
+    case detail::store_kind::none: return;
+    case detail::store_kind::thread: {
+      static_assert(std::is_trivially_copyable_v<typename W::thread_kernel>,
+                    "gradix::grid: an update kernel must be trivially copyable");
+      l.launch(shape_for(w.n_outer_, o, l.max_threads()), w.as_thread());
+      return;
     }
-    using KS = use_segment_kernel<D, V, M, T, Addr, A::key, A::column, A::projected, K::collapses_projected>;
-    static_assert(std::is_trivially_copyable_v<KS>, "gradix::grid: an update kernel must be trivially copyable");
-    l.launch(shape_for(n_keys * n_cols, o, l.max_threads()),
-             KS{u.dom_, u.v_, u.map_, g.data(), addr, kp, n_keys, n_cols, n_proj});
+    case detail::store_kind::block:
+      if constexpr (W::may_block) detail::launch_blocks<VT>(l, w.as_block(), w.n_outer_, o);
+      return;
+    case detail::store_kind::segment:
+      if constexpr (!W::K::injective) {
+        static_assert(std::is_trivially_copyable_v<decltype(w.as_segment())>,
+                      "gradix::grid: an update kernel must be trivially copyable");
+        l.launch(shape_for(w.n_keys_ * w.n_cols_, o, l.max_threads()), w.as_segment());
+      }
+      return;
+    case detail::store_kind::segment_block:
+      if constexpr (!W::K::injective && W::may_block)
+        detail::launch_blocks<VT>(l, w.as_segment_block(), w.n_keys_ * w.n_cols_, o);
+      return;
   }
 }
 
