@@ -73,6 +73,23 @@ struct empty_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const&) const {}
 };
 
+/// The launcher without an arrival counter: a reduction takes a launch per pass.
+struct counterless {
+  L& l;
+  index_t max_threads() const { return l.max_threads(); }
+  template <class K>
+  void launch(gx::grid::launch_shape s, K const& k) {
+    l.launch(s, k);
+  }
+  void* allocate(std::size_t bytes) { return l.allocate(bytes); }
+  void deallocate(void* p) { l.deallocate(p); }
+  void copy_to_host(void* dst, void const* src, std::size_t bytes) { l.copy_to_host(dst, src, bytes); }
+  void copy_to_device(void* dst, void const* src, std::size_t bytes) { l.copy_to_device(dst, src, bytes); }
+  void copy_device_to_device(void* dst, void const* src, std::size_t bytes) { l.copy_device_to_device(dst, src, bytes); }
+  void fill_zero(void* p, std::size_t bytes) { l.fill_zero(p, bytes); }
+  void synchronize() { l.synchronize(); }
+};
+
 /// Median over reps of the host microseconds per call of f, over batches of `calls` calls
 /// (the device waited for at the end of each batch, inside the timing).
 template <class F>
@@ -172,9 +189,20 @@ int main(int argc, char** argv) {
                      float v = 0;
                      l.copy_to_host(&v, s.data(), sizeof v);
                    })});
+  calls.push_back({"a 4-byte read that waits, nothing queued", host_us(l, reps, 100, [&] {
+                     float v = 0;
+                     l.copy_to_host(&v, s.data(), sizeof v);
+                   })});
   auto const term = gx::view<gx::row_major, gx::cuda_space>(x.cview().data(), gx::dims(5000, 64));
   calls.push_back({"grid::value(sum of 5000 x 64), the per-term forward's shape",
                    host_us(l, reps, 100, [&] { (void)gx::grid::value(l, gx::sum(term)); })});
+  {
+    counterless cl{l};
+    calls.push_back({"the same, a launch per pass (no arrival counter)",
+                     host_us(l, reps, 100, [&] { (void)gx::grid::value(cl, gx::sum(term)); })});
+  }
+  calls.push_back({"grid::sum_to(sum of 5000 x 64): device time (events), no read",
+                   1e3 * time_ms(l, reps, [&] { gx::grid::sum_to(l, s.data(), term); })});
   std::printf("\n| call | us |\n| --- | ---: |\n");
   for (auto const& c : calls) std::printf("| %s | %.2f |\n", c.name, c.us);
 

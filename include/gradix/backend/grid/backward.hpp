@@ -195,7 +195,7 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
       k.first_[0] = 0;
       ((k.first_[I + 1] = k.first_[I] + (active[I] ? 1 : 0)), ...);
       static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
-      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], rt, std::size_t(rt) * sizeof(std::int32_t)}, k);
+      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], rt, std::size_t(rt + 1) * sizeof(std::int32_t)}, k);
     }(Seq{});
   }
   // 2. the updates, group by group

@@ -374,7 +374,9 @@ struct use_segment_block_kernel {
 /// positions pos(p) along the storage's axis of the points p < n_ over the axes in Dep (the
 /// axes the map's component C depends on), in the odometer's order.
 ///   1. every thread marks its points: a position without a slot (-1) becomes INT32_MIN,
-///      then holds max(-2 - p) = -2 - (its first point); stored slots (>= 0) are unchanged;
+///      then holds max(-2 - p) = -2 - (its first point); stored slots (>= 0) are only read.
+///      When no point found a position without a slot (every call after the first, when a
+///      call keeps reading the same positions), the kernel ends here;
 ///   2. the points where pos(p) holds -2 - p (the first touch of a new position) are counted
 ///      by an exclusive scan (each thread owns consecutive points, one scan over the
 ///      threads), and the k-th gets slot count + k: slot_of[pos] and ids[slot] are set;
@@ -402,13 +404,18 @@ struct reserve_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     std::int32_t* const sh = c.template shared<std::int32_t>();
     index_t const t = c.thread(), b = c.threads();
+    if (t == 0) sh[b] = 0;  // set when a position without a slot is seen
+    c.sync();
     for (index_t p = t; p < n_; p += b) {
       std::int32_t* const s = slot_of_ + pos(p);
+      if (*s >= 0) continue;  // stored already (a slot does not change here): nothing to mark
+      sh[b] = 1;
       c.atomic_cas(s, -1, INT32_MIN);
       c.atomic_max(s, std::int32_t(-2 - p));
     }
     std::int32_t const base = *count_;
     c.sync();
+    if (sh[b] == 0) return;  // every position has its slot (the same answer in every thread)
     // each thread owns consecutive points [lo, hi): it counts its first touches of new
     // positions, one exclusive scan over the threads (Hillis-Steele in shared memory) gives
     // its first slot, and it assigns its points' slots in order
@@ -517,7 +524,7 @@ void prepare(L& l, Use const& u, launch_options o = {}) {
   auto const r = detail::make_reserve(u);
   if (!r.active) return;
   index_t const th = detail::reserve_threads(l, o);
-  l.launch(launch_shape{1, th, std::size_t(th) * sizeof(std::int32_t)}, r.k);
+  l.launch(launch_shape{1, th, std::size_t(th + 1) * sizeof(std::int32_t)}, r.k);
 }
 
 namespace detail {
