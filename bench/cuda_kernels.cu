@@ -73,6 +73,33 @@ struct empty_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const&) const {}
 };
 
+/// A plain sum for comparison: each thread adds 8 elements (coalesced), a block tree in
+/// shared memory, one atomic add per block (bits not fixed).
+struct plain_sum_kernel {
+  static constexpr bool uses_barriers = true;
+  float const* x_;
+  index_t n_;
+  float* out_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    float* sh = c.template shared<float>();
+    float acc = 0;
+    index_t const base = c.block() * c.threads() * 8 + c.thread();
+    for (index_t q = 0; q < 8; ++q) {
+      index_t const i = base + q * c.threads();
+      if (i < n_) acc += x_[i];
+    }
+    sh[c.thread()] = acc;
+    c.sync();
+    for (index_t h = c.threads() / 2; h > 0; h /= 2) {
+      if (c.thread() < h) sh[c.thread()] += sh[c.thread() + h];
+      c.sync();
+    }
+    if (c.thread() == 0) c.atomic_add(out_, sh[0]);
+  }
+};
+
 /// The launcher without an arrival counter: a reduction takes a launch per pass.
 struct counterless {
   L& l;
@@ -203,6 +230,20 @@ int main(int argc, char** argv) {
   }
   calls.push_back({"grid::sum_to(sum of 5000 x 64): device time (events), no read",
                    1e3 * time_ms(l, reps, [&] { gx::grid::sum_to(l, s.data(), term); })});
+  {
+    counterless cl{l};
+    calls.push_back({"the same, a launch per pass: device time",
+                     1e3 * time_ms(l, reps, [&] { gx::grid::sum_to(cl, s.data(), term); })});
+  }
+  calls.push_back({"the same, 1024 threads per block: device time",
+                   1e3 * time_ms(l, reps, [&] { gx::grid::sum_to(l, s.data(), term, {1024, 0}); })});
+  calls.push_back({"an empty kernel: device time (events)",
+                   1e3 * time_ms(l, reps, [&] { l.launch(gx::grid::launch_shape{1, 32, 0}, empty_kernel{}); })});
+  calls.push_back({"a plain sum of 320000 floats (256-thread blocks, one atomic add each): device time",
+                   1e3 * time_ms(l, reps, [&] {
+                     l.fill_zero(s.data(), sizeof(float));
+                     l.launch(gx::grid::launch_shape{157, 256, 256 * sizeof(float)}, plain_sum_kernel{x.cview().data(), 320000, s.data()});
+                   })});
   std::printf("\n| call | us |\n| --- | ---: |\n");
   for (auto const& c : calls) std::printf("| %s | %.2f |\n", c.name, c.us);
 

@@ -446,6 +446,35 @@ TEST_CASE("grid::assign of a root reduction: block-then-grid kernels, fixed bits
   check_root_reduction([](auto const& x, auto const&) { return gx::sum(gx::transpose(x)); }, "sum of a transpose", 2);
 }
 
+TEST_CASE("grid::sum_to: three levels in one launch (the last block reduces 353 partials, then 2), the same bits as a launch per level") {
+  auto x = gx::uniform<float>(gx::dims(300, 301), 13, -1.0f, 1.0f);  // 90,300 elements: 353 tiles
+  auto dx = gx::view<gx::row_major, gx::cuda_space>(x.data(), x.shape());
+  double want = 0;
+  for (index_t i = 0; i < x.size(); ++i) want += double(x.data()[i]);
+  float first = 0;
+  bool have = false;
+  for (index_t threads : {32, 256})
+    for (index_t max_blocks : {1, 5, 0})
+      for (bool shuffle : {false, true}) {
+        options o;
+        o.shuffle_blocks = shuffle;
+        o.seed = std::uint64_t(threads + max_blocks);
+        launcher l(o);
+        INFO("threads " << threads << ", max_blocks " << max_blocks << ", shuffled " << shuffle);
+        float one = -7, per_level = -7;
+        gx::grid::sum_to(l, &one, dx, {threads, max_blocks});
+        CHECK(l.launches() == 1);
+        counterless cl{l};
+        gx::grid::sum_to(cl, &per_level, dx, {threads, max_blocks});
+        CHECK(l.launches() == 1 + 3);
+        CHECK(l.live_allocations() == 0);
+        CHECK(bits(one) == bits(per_level));
+        CHECK(std::abs(double(one) - want) <= 1e-3);
+        if (!have) first = one, have = true;
+        CHECK(bits(one) == bits(first));
+      }
+}
+
 // ---------------------------------------------------------------------------------------
 // Scatter-add of rows (backend/grid/scatter.hpp): atomic and deterministic, validation.
 

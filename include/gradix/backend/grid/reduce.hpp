@@ -5,12 +5,21 @@
 /// threads per block, block order or run.
 ///
 /// For each output element o, its n reduced elements (the reduced axes' coordinates in
-/// row-major order) are cut into tiles of 1024. A tile is reduced by one warp of 32 threads:
-/// lane l combines elements l, l + 32, ..., l + 992 of the tile in that order, then the 32
+/// row-major order) are cut into tiles of 256. A tile is reduced by one warp of 32 threads:
+/// lane l combines elements l, l + 32, ..., l + 224 of the tile in that order, then the 32
 /// lane values are combined pairwise in a fixed tree (lane l + s into lane l, s = 16, 8, 4, 2,
 /// 1) in shared memory, with barriers between the levels. That gives one partial per (o,
-/// tile); the partials of each o are reduced the same way, pass after pass, until one value
+/// tile); the partials of each o are reduced the same way, level after level, until one value
 /// per output is left. Which warp of which block takes a tile changes nothing.
+///
+/// When the launcher has an arrival counter and the partials are few (outputs x tiles at most
+/// one_launch_partials), every level is one launch: the last block to finish the first level
+/// reduces the partials, level after level, alone (reduce_last_block_kernel). Otherwise each
+/// level is a launch. Both give the same bits.
+///
+/// A lane's elements are 32 apart in the reduced order: their coordinates are stepped from
+/// the first by a mixed-radix addition (no division per element), and the lane's 8 loads are
+/// issued before they are combined.
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/config.hpp"
@@ -26,20 +35,46 @@
 
 namespace gradix::grid {
 
-/// Lanes per tile (one warp) and elements per tile.
+/// Lanes per tile (one warp), elements per lane and elements per tile.
 inline constexpr index_t reduce_lanes = 32;
-inline constexpr index_t reduce_tile = reduce_lanes * reduce_lanes;
+inline constexpr index_t reduce_per_lane = 8;
+inline constexpr index_t reduce_tile = reduce_lanes * reduce_per_lane;
 /// The most partials (outputs x tiles) that the last block of a one-launch reduction combines
 /// alone (reduce_last_block_kernel); more go through further passes.
 inline constexpr index_t one_launch_partials = index_t(1) << 15;
 
 namespace detail {
+/// The reduced axis that goes fastest in the reduced order of an operand Arg reduced over
+/// Mask: its layout's contiguous axis when it is reduced (so a warp's lanes read adjacent
+/// elements), else none (R: the last reduced axis, as in row-major order).
+template <class Arg, axis_mask Mask>
+inline constexpr std::size_t reduce_unit_v = [] {
+  constexpr std::size_t R = shape_of_t<Arg>::rank;
+  if constexpr (R == 0) {
+    return std::size_t(0);
+  } else {
+    using Lay = layout_of_t<Arg>;
+    if constexpr (requires { Lay::template unit_axis<R>; }) {
+      constexpr std::size_t u = Lay::template unit_axis<R>;
+      return ((Mask >> u) & 1) ? u : R;
+    } else {
+      return R;
+    }
+  }
+}();
+
 /// The coordinate of an operand of rank R from an output index o (row-major over the axes
-/// not in Mask) and a reduced index r (row-major over the axes in Mask).
-template <axis_mask Mask, std::size_t R>
+/// not in Mask) and a reduced index r (over the axes in Mask: axis U fastest when U < R,
+/// then the others in row-major order).
+template <axis_mask Mask, std::size_t R, std::size_t U = R>
 GRADIX_HOST_DEVICE constexpr coord<R> compose(array<index_t, R> const& ext, index_t o, index_t r) {
   coord<R> c{};
+  if constexpr (U < R) {
+    c[U] = r % ext[U];
+    r /= ext[U];
+  }
   for (std::size_t j = R; j-- > 0;) {
+    if (j == U) continue;
     if ((Mask >> j) & 1) {
       c[j] = r % ext[j];
       r /= ext[j];
@@ -49,6 +84,22 @@ GRADIX_HOST_DEVICE constexpr coord<R> compose(array<index_t, R> const& ext, inde
     }
   }
   return c;
+}
+
+/// c += the reduced offset whose coordinates (over the axes in Mask) are step, a mixed-radix
+/// addition over those axes in compose's order (step[j] < ext[j]); a carry out of the slowest
+/// axis is dropped (the offset is then past the end, and not read).
+template <axis_mask Mask, std::size_t R, std::size_t U = R>
+GRADIX_HOST_DEVICE constexpr void advance(coord<R>& c, array<index_t, R> const& ext, coord<R> const& step) {
+  index_t carry = 0;
+  auto const digit = [&](std::size_t j) {
+    index_t const v = c[j] + step[j] + carry;
+    carry = v >= ext[j] ? 1 : 0;
+    c[j] = carry ? v - ext[j] : v;
+  };
+  if constexpr (U < R) digit(U);
+  for (std::size_t j = R; j-- > 0;)
+    if (j != U && ((Mask >> j) & 1)) digit(j);
 }
 
 /// Where a pass writes: the partials of the next pass (p_[item]) ...
@@ -78,32 +129,32 @@ namespace detail {
 /// Every thread of the block calls it (the loop is block-uniform: the same iterations and
 /// barriers for every thread); sh holds a T per thread, and it ends with a barrier.
 GRADIX_KERNEL_BODY
-template <class Op, axis_mask Mask, class T, class Ctx, class EV, std::size_t R, class Sink>
+template <class Op, axis_mask Mask, std::size_t U, class T, class Ctx, class EV, std::size_t R, class Sink>
 GRADIX_HOST_DEVICE void reduce_items(Ctx const& c, T* sh, EV const& ev, array<index_t, R> const& ext, index_t outputs, index_t n,
-                                     index_t tiles, Sink const& sink, index_t first, index_t step) {
+                                     index_t tiles, Sink const& sink, index_t first, index_t step_items) {
   index_t const w = c.thread() / reduce_lanes, lane = c.thread() % reduce_lanes;
   index_t const items = outputs * tiles;
-  for (index_t base = first; base < items; base += step) {
+  // the coordinates of the reduced offset reduce_lanes (a lane's step), when there is one
+  coord<R> const step = n > reduce_lanes ? compose<Mask, R, U>(ext, 0, reduce_lanes) : coord<R>{};
+  for (index_t base = first; base < items; base += step_items) {
     index_t const item = base + w;
     index_t const o = item / tiles, tile = item % tiles;
     T acc = Op::template identity<T>();
     if (item < items) {
       index_t const r0 = tile * reduce_tile + lane;
-      // a group of the lane's loads first, then their combination in the fixed order: the
-      // loads of a group do not wait for each other (one after another, a lane took 32
-      // memory latencies); groups of 8 keep the registers within what a block of 1024
-      // threads may use
-      constexpr index_t group = 8;
-      for (index_t j0 = 0; j0 < reduce_lanes; j0 += group) {
-        T v[group];
+      // the lane's loads first, then their combination in the fixed order: the loads do not
+      // wait for each other
+      T v[reduce_per_lane];
+      if (r0 < n) {
+        coord<R> x = compose<Mask, R, U>(ext, o, r0);
         GRADIX_DEVICE_UNROLL
-        for (index_t q = 0; q < group; ++q) {
-          index_t const r = r0 + (j0 + q) * reduce_lanes;
-          v[q] = r < n ? T(ev(compose<Mask, R>(ext, o, r))) : Op::template identity<T>();
+        for (index_t q = 0; q < reduce_per_lane; ++q) {
+          v[q] = r0 + q * reduce_lanes < n ? T(ev(x)) : Op::template identity<T>();
+          if (q + 1 < reduce_per_lane) advance<Mask, R, U>(x, ext, step);
         }
         GRADIX_DEVICE_UNROLL
-        for (index_t q = 0; q < group; ++q)
-          if (r0 + (j0 + q) * reduce_lanes < n) acc = Op::template combine<T>(acc, v[q]);
+        for (index_t q = 0; q < reduce_per_lane; ++q)
+          if (r0 + q * reduce_lanes < n) acc = Op::template combine<T>(acc, v[q]);
       }
     }
     sh[c.thread()] = acc;
@@ -135,23 +186,25 @@ struct reduce_tiles_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     ev::evaluator<Arg> ev(arg_);
     index_t const warps = c.threads() / reduce_lanes;
-    detail::reduce_items<Op, Mask>(c, c.template shared<T>(), ev, arg_.shape().extents(), outputs_, n_, tiles_, sink_,
-                                   c.block() * warps, c.blocks() * warps);
+    detail::reduce_items<Op, Mask, detail::reduce_unit_v<Arg, Mask>>(c, c.template shared<T>(), ev, arg_.shape().extents(),
+                                                                     outputs_, n_, tiles_, sink_, c.block() * warps,
+                                                                     c.blocks() * warps);
   }
 };
 
-/// Both passes of a two-level reduction in one launch: the tiles' partials as the first pass
-/// of reduce_passes writes them, then the last block to finish (an arrival counter, after a
-/// fence) reduces each output's partials as its second, final pass would: the same items in
-/// the same order, so the same bits. The counter (the launcher's arrival_counter) is zero
-/// before the launch, and the last block sets it to zero again. Needs threads x sizeof(T) +
-/// 16 shared bytes.
+/// Every level of a reduction in one launch: the tiles' partials as the first level of
+/// reduce_passes writes them, then the last block to finish (an arrival counter, after a
+/// fence) reduces the partials, level after level (between partials_ and partials2_), as the
+/// further passes would: the same items in the same order, so the same bits. The counter
+/// (the launcher's arrival_counter) is zero before the launch, and the last block sets it to
+/// zero again. Needs threads x sizeof(T) + 16 shared bytes.
 template <class Op, axis_mask Mask, class Arg, class T, class Sink>
 struct reduce_last_block_kernel {
   static constexpr bool uses_barriers = true;
   using value_type = T;
   Arg arg_;
   T* partials_;
+  T* partials2_;
   Sink sink_;
   index_t outputs_;
   index_t n_;
@@ -164,8 +217,9 @@ struct reduce_last_block_kernel {
     index_t const warps = c.threads() / reduce_lanes;
     {
       ev::evaluator<Arg> ev(arg_);
-      detail::reduce_items<Op, Mask>(c, sh, ev, arg_.shape().extents(), outputs_, n_, tiles_, detail::to_partials<T>{partials_},
-                                     c.block() * warps, c.blocks() * warps);
+      detail::reduce_items<Op, Mask, detail::reduce_unit_v<Arg, Mask>>(c, sh, ev, arg_.shape().extents(), outputs_, n_, tiles_,
+                                                                       detail::to_partials<T>{partials_}, c.block() * warps,
+                                                                       c.blocks() * warps);
     }
     // every partial this block wrote is seen by the grid before its arrival is counted
     c.fence();
@@ -176,9 +230,24 @@ struct reduce_last_block_kernel {
     if (*last == 0) return;  // (the same for the whole block)
     c.fence();
     using PV = tensor_view<T const, shape<dyn, dyn>, row_major, cuda_space>;
-    PV const pv(partials_, dims(outputs_, tiles_));
-    ev::evaluator<PV> pev(pv);
-    detail::reduce_items<Op, 2>(c, sh, pev, pv.shape().extents(), outputs_, tiles_, 1, sink_, 0, warps);
+    T* src = partials_;
+    T* dst = partials2_;
+    index_t m = tiles_;
+    while (true) {
+      index_t const next = (m + reduce_tile - 1) / reduce_tile;
+      PV const pv(src, dims(outputs_, m));
+      ev::evaluator<PV> pev(pv);
+      if (next == 1) {
+        detail::reduce_items<Op, 2, detail::reduce_unit_v<PV, 2>>(c, sh, pev, pv.shape().extents(), outputs_, m, 1, sink_, 0, warps);
+        break;
+      }
+      // (reduce_items ends with a barrier: the block sees the level it wrote)
+      detail::reduce_items<Op, 2, detail::reduce_unit_v<PV, 2>>(c, sh, pev, pv.shape().extents(), outputs_, m, next, detail::to_partials<T>{dst}, 0, warps);
+      m = next;
+      T* const t = src;
+      src = dst;
+      dst = t;
+    }
     if (c.thread() == 0) *counter_ = 0;
   }
 };
@@ -248,10 +317,13 @@ void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink c
     launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, FinalSink>{arg, final, outputs, n, 1}, outputs, o);
     return;
   }
+  // the partials of the first level into a, then those of a into b, b into a, ... until one
+  // per output is left
+  index_t const t2 = (tiles + reduce_tile - 1) / reduce_tile;
   if constexpr (requires { l.arrival_counter(); }) {
-    // two levels, and few enough partials for one block: one launch (reduce_last_block_kernel)
-    if (tiles <= reduce_tile && outputs * tiles <= one_launch_partials) {
-      scratch<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
+    // few enough partials for one block: one launch (reduce_last_block_kernel)
+    if (outputs * tiles <= one_launch_partials) {
+      scratch<L> ab(l, std::size_t(outputs * (tiles + t2)) * sizeof(T));
       using K = reduce_last_block_kernel<Op, Mask, Arg, T, FinalSink>;
       static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: a kernel must be trivially copyable");
       index_t const t = reduce_threads(o, l.max_threads());
@@ -259,13 +331,12 @@ void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink c
       index_t b = (outputs * tiles + warps - 1) / warps;
       index_t const cap = o.max_blocks > 0 ? o.max_blocks : max_grid_blocks;
       if (b > cap) b = cap;
+      T* const pa = ab.template as<T>();
       l.launch(launch_shape{b, t, std::size_t(t) * sizeof(T) + 16},
-               K{arg, a.template as<T>(), final, outputs, n, tiles, l.arrival_counter()});
+               K{arg, pa, pa + outputs * tiles, final, outputs, n, tiles, l.arrival_counter()});
       return;
     }
   }
-  // pass 1 into a, then the partials of a into b, b into a, ... until one per output is left
-  index_t const t2 = (tiles + reduce_tile - 1) / reduce_tile;
   scratch<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
   scratch<L> b(l, std::size_t(outputs * t2) * sizeof(T));
   launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, to_partials<T>>{arg, {a.template as<T>()}, outputs, n, tiles},

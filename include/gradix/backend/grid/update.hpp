@@ -192,9 +192,27 @@ GRADIX_HOST_DEVICE VT block_projected_sum(Ctx const& c, VT* sh, VE const& vev, c
                                           index_t n_proj) {
   index_t const t = c.thread();
   VT acc{};
-  for (index_t p = t; p < n_proj; p += block_lanes) {
-    unravel_mask(d, ext, P, p);
-    acc += vev(d);
+  if (t < n_proj) {
+    // the lane's points are block_lanes apart: their coordinates are stepped from the first
+    // (a mixed-radix addition, no division), and groups of 8 values are loaded before they
+    // are added, in order
+    coord<R> step{};
+    if (n_proj > block_lanes) unravel_mask(step, ext, P, block_lanes);
+    unravel_mask(d, ext, P, t);
+    constexpr index_t group = 8;
+    for (index_t p0 = t; p0 < n_proj; p0 += group * block_lanes) {
+      VT v[group];
+      GRADIX_DEVICE_UNROLL
+      for (index_t q = 0; q < group; ++q) {
+        if (p0 + q * block_lanes < n_proj) {
+          v[q] = vev(d);
+          advance<P, R>(d, ext, step);
+        }
+      }
+      GRADIX_DEVICE_UNROLL
+      for (index_t q = 0; q < group; ++q)
+        if (p0 + q * block_lanes < n_proj) acc += v[q];
+    }
   }
   sh[t] = acc;
   c.sync();
