@@ -449,6 +449,24 @@ TEST_CASE("grid::backward: the uses of a plan share launches (one for the reserv
       check_close(hpb.grad().to_dense(), dpb.grad().download(), 1e-12, "fused: the gathered table");
       CHECK(hpa.grad().size() == index_t(dpa.grad().ids().size()));
 
+      // each reservation publishes the count where the host reads it without a wait: calls
+      // that keep reading the same columns never read it back (without the publication, the
+      // bound on the count passes the capacity every few calls, and each time the count is
+      // read back); after zero_grad, the bound starts again from zero
+      index_t const r0 = l.reads();
+      for (int k = 0; k < 40; ++k)
+        grid::backward_only(l, gx::sum(dpb(gx::all, grid::indices(di)) + dpa(gx::all, gx::at(j))),
+                            {mode::atomic, {c.threads, c.max_blocks}});
+      CHECK(l.reads() == r0);
+      CHECK(dpb.grad().capacity() < 30);
+      grid::zero_grad(dpa, dpb);
+      for (int k = 0; k < 3; ++k)
+        grid::backward_only(l, gx::sum(dpb(gx::all, grid::indices(di)) + dpa(gx::all, gx::at(j))),
+                            {mode::atomic, {c.threads, c.max_blocks}});
+      auto hpb3 = gx::param(hb, gx::sparse_grad<1>);
+      for (int k = 0; k < 3; ++k) gx::backward(gx::sum(hpb3(gx::all, gx::indices(hidx))));
+      check_close(hpb3.grad().to_dense(), dpb.grad().download(), 1e-12, "three calls after zero_grad");
+
       // one table read twice: two groups, so two launches of each kind, one after the other
       // (the second use's new slots follow the first's, as on the host)
       auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);

@@ -141,6 +141,15 @@ class launcher {
   /// (reduce_last_block_kernel) leaves it zero (checked after every launch).
   std::uint32_t* arrival_counter() { return &counter_; }
 
+  /// Memory both the kernels and the host read and write without a copy (zeroed); counted
+  /// with the allocations.
+  void* allocate_host_visible(std::size_t bytes) {
+    void* p = allocate(bytes);
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void deallocate_host_visible(void* p) { deallocate(p); }
+
   void* allocate(std::size_t bytes) {
     void* p = std::malloc(bytes ? bytes : 1);
     if (!p) gradix::detail::fail("grid emulator: allocate(", bytes, ") failed");
@@ -154,7 +163,10 @@ class launcher {
     std::free(p);
     live_.erase(it);
   }
-  void copy_to_host(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, void const* src, std::size_t bytes) {
+    ++reads_;
+    std::memcpy(dst, src, bytes);
+  }
   void copy_to_device(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   void copy_device_to_device(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
@@ -162,6 +174,8 @@ class launcher {
 
   /// Kernels launched and allocations live, for tests.
   index_t launches() const { return launches_; }
+  /// copy_to_host calls (each a wait for the device on a GPU), for tests.
+  index_t reads() const { return reads_; }
   std::size_t live_allocations() const { return live_.size(); }
 
  private:
@@ -268,6 +282,7 @@ class launcher {
   boost::context::pooled_fixedsize_stack stacks_{o_.stack_bytes};
   std::vector<allocation> live_;
   index_t launches_ = 0;
+  index_t reads_ = 0;
   std::uint32_t counter_ = 0;
   fiber_thread* current_ = nullptr;
   bool in_barrier_free_ = false;

@@ -215,6 +215,39 @@ class launcher {
     }
     (void)cudaFreeAsync(p, stream_);
   }
+  /// Memory that kernels write and the host reads without a copy or a wait (page-locked,
+  /// mapped; zeroed), at most 64 bytes, or null when there is none (cudaHostAlloc failed, or
+  /// no unified addressing): the caller then reads device memory back instead. Slots of 64
+  /// bytes come from 4 KiB pages the launcher keeps (cudaHostAlloc is slow), freed with it.
+  void* allocate_host_visible(std::size_t bytes) {
+    if (bytes > cache::visible_slot) return nullptr;
+    std::lock_guard<std::mutex> g(cache_->m);
+    if (cache_->visible_free.empty()) {
+      void* page = nullptr;
+      if (cudaHostAlloc(&page, cache::visible_page, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+      }
+      void* dev = nullptr;
+      if (cudaHostGetDevicePointer(&dev, page, 0) != cudaSuccess || dev != page) {
+        (void)cudaGetLastError();
+        (void)cudaFreeHost(page);
+        return nullptr;
+      }
+      cache_->visible_pages.push_back(page);
+      for (std::size_t off = 0; off < cache::visible_page; off += cache::visible_slot)
+        cache_->visible_free.push_back(static_cast<unsigned char*>(page) + off);
+    }
+    void* p = cache_->visible_free.back();
+    cache_->visible_free.pop_back();
+    std::memset(p, 0, cache::visible_slot);
+    return p;
+  }
+  void deallocate_host_visible(void* p) {
+    if (!p) return;
+    std::lock_guard<std::mutex> g(cache_->m);
+    cache_->visible_free.push_back(p);
+  }
   /// A word of device memory that is zero between launches in this launcher's stream (each
   /// stream, and each host thread on cudaStreamPerThread, has its own): a kernel that counts
   /// on it (reduce_last_block_kernel) leaves it zero. Made and cleared on first use.
@@ -271,6 +304,11 @@ class launcher {
     std::unordered_map<void*, std::size_t> live;                          // every block handed out
     std::unordered_map<block_key, std::vector<void*>, key_hash> free;     // small blocks kept
     std::size_t kept = 0;
+    // host-visible slots (allocate_host_visible)
+    static constexpr std::size_t visible_slot = 64;
+    static constexpr std::size_t visible_page = 4096;
+    std::vector<void*> visible_pages;
+    std::vector<void*> visible_free;
     // arrival counters, per stream (and thread, on cudaStreamPerThread)
     std::unordered_map<block_key, std::uint32_t*, key_hash> counters;
     // page-locked host memory for small reads (copy_to_host), made on first use (null if
@@ -303,6 +341,7 @@ class launcher {
     ~cache() {
       trim();
       for (auto& [k, p] : counters) (void)cudaFree(p);
+      for (void* p : visible_pages) (void)cudaFreeHost(p);
       if (staging) (void)cudaFreeHost(staging);
     }
   };

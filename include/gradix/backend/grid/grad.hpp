@@ -31,6 +31,7 @@
 #include "gradix/core/shape.hpp"
 #include "gradix/core/tensor.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -223,6 +224,11 @@ class device_sparse_grad {
     }
     l.fill_zero(count_, 2 * sizeof(std::int32_t));
     if (n > 0) l.launch(shape_for(n, {}, l.max_threads()), fill_int32_kernel{slot_of_, n, -1});
+    if constexpr (requires { l.allocate_host_visible(std::size_t(8)); }) {
+      // (none: make_room reads the count back instead, as with a launcher without it)
+      published_ = static_cast<std::uint64_t*>(l.allocate_host_visible(sizeof(std::uint64_t)));
+      if (published_) *published_ = 0;
+    }
   }
   device_sparse_grad(device_sparse_grad const&) = delete;
   device_sparse_grad& operator=(device_sparse_grad const&) = delete;
@@ -231,12 +237,18 @@ class device_sparse_grad {
       : l_(o.l_), shape_(o.shape_), strides_(o.strides_), slice_(o.slice_),
         slot_of_(std::exchange(o.slot_of_, nullptr)), count_(std::exchange(o.count_, nullptr)),
         ids_(std::exchange(o.ids_, nullptr)), data_(std::exchange(o.data_, nullptr)),
-        capacity_(std::exchange(o.capacity_, 0)), bound_(std::exchange(o.bound_, 0)) {}
+        capacity_(std::exchange(o.capacity_, 0)), bound_(std::exchange(o.bound_, 0)),
+        published_(std::exchange(o.published_, nullptr)), issued_(o.issued_), zeroed_at_(o.zeroed_at_) {
+    for (std::uint32_t k = 0; k < publish_window; ++k) recent_n_[k] = o.recent_n_[k];
+  }
   device_sparse_grad& operator=(device_sparse_grad&&) = delete;
   ~device_sparse_grad() {
     free_slices();
     if (slot_of_) l_->deallocate(slot_of_);
     if (count_) l_->deallocate(count_);
+    if constexpr (requires { l_->deallocate_host_visible(published_); }) {
+      if (published_) l_->deallocate_host_visible(published_);
+    }
   }
 
   Shape const& shape() const { return shape_; }
@@ -261,6 +273,7 @@ class device_sparse_grad {
     index_t const bound = bound_ + n < ext ? bound_ + n : ext;
     if (bound > capacity_) grow(bound);
     bound_ = bound;
+    note_issued(n);  // (publishes nothing: a later bound adds its n)
     detail::scratch<L> rank_buf(l, std::size_t(n) * sizeof(std::int32_t));
     std::int32_t* const rk = rank_buf.template as<std::int32_t>();
     index_t const st = detail::reduce_threads(o, l.max_threads());
@@ -277,6 +290,8 @@ class device_sparse_grad {
     T* data;
     std::int32_t* count;
     index_t slice;
+    std::uint64_t* published;  // (null: publish nothing)
+    std::uint32_t sequence;
   };
   /// Makes room for up to n new slices and returns the pointers a reservation kernel writes
   /// (update.hpp's reserve_kernel). The host keeps an upper bound on the count (the count
@@ -286,18 +301,29 @@ class device_sparse_grad {
   /// axis's extent (so at most 2 count + 8 n slices, as capacity < count + n then). So the
   /// memory stays proportional to what is stored and a call's n, and a run of calls that keep
   /// touching the same positions waits for the device once every few calls at most.
+  ///
+  /// With a launcher that has host-visible memory, each reservation kernel also publishes
+  /// (its sequence number, the count after it) there; a bound that passes the capacity is
+  /// first tightened from the last publication the host sees (that count, plus the n of the
+  /// reservations issued after it), and the count is read back only when that is not enough
+  /// (or the publication is older than the last 64 reservations, or than the last zero()).
   reservation make_room(index_t n) {
     index_t const ext = shape_.extent(Axis);
     auto const clamp = [ext](index_t v) { return v < ext ? v : ext; };
-    if (clamp(bound_ + n) > capacity_) bound_ = size();
+    if (clamp(bound_ + n) > capacity_) {
+      index_t const seen = published_bound();
+      bound_ = seen >= 0 && clamp(seen + n) <= capacity_ ? seen : size();
+    }
     index_t const need = clamp(bound_ + n);
     if (need > capacity_) grow(need, clamp(bound_ + 4 * n));
     bound_ = need;
-    return {slot_of_, ids_, data_, count_, slice_};
+    note_issued(n);
+    return {slot_of_, ids_, data_, count_, slice_, published_, issued_};
   }
 
   /// Forgets the stored slices (keeps the memory); touches only their map entries.
   void zero() {
+    zeroed_at_ = issued_;
     if (bound_ > 0) {
       l_->launch(shape_for(bound_, {}, l_->max_threads()), forget_slots_kernel{slot_of_, ids_, count_, bound_});
       l_->fill_zero(count_, sizeof(std::int32_t));
@@ -348,6 +374,23 @@ class device_sparse_grad {
 
  private:
   bool busy_ = false;
+  void note_issued(index_t n) {
+    ++issued_;
+    recent_n_[issued_ % publish_window] = n;
+  }
+  /// An upper bound on the count from the last publication the host sees, or -1.
+  index_t published_bound() const {
+    if (!published_) return -1;
+    std::uint64_t const w = std::atomic_ref<std::uint64_t>(*published_).load(std::memory_order_acquire);
+    std::uint32_t const seq = std::uint32_t(w >> 32);
+    index_t const count = index_t(std::uint32_t(w));
+    std::uint32_t const behind = issued_ - seq;  // reservations issued after it
+    // (a publication made before the last zero(), or too old to add up, tells nothing)
+    if (behind >= publish_window || behind >= issued_ - zeroed_at_) return -1;
+    index_t b = count;
+    for (std::uint32_t k = 1; k <= behind; ++k) b += recent_n_[(seq + k) % publish_window];
+    return b;
+  }
   void grow(index_t need, index_t want = 0) {
     index_t cap = capacity_ ? capacity_ * 2 : 16;
     if (cap < want) cap = want;
@@ -389,6 +432,14 @@ class device_sparse_grad {
   T* data_ = nullptr;
   index_t capacity_ = 0;
   index_t bound_ = 0;  // host-side upper bound on the count
+  // What the reservation kernels publish, in memory the host reads without a wait (null when
+  // the launcher has none): (sequence number << 32) | count after that reservation. The host
+  // numbers its reservations (issued_) and keeps the n of the last publish_window ones.
+  static constexpr std::uint32_t publish_window = 64;
+  std::uint64_t* published_ = nullptr;
+  std::uint32_t issued_ = 0;
+  std::uint32_t zeroed_at_ = 0;  // issued_ at the last zero()
+  index_t recent_n_[publish_window] = {};
 };
 
 /// The device storage of a parameter of T (Shape, Layout) with gradient spec Spec

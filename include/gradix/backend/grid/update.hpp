@@ -56,6 +56,20 @@ GRADIX_HOST_DEVICE constexpr void unravel_mask(coord<R>& d, array<index_t, R> co
     k /= ext[j];
   }
 }
+/// unravel_mask with axis F fastest (when F >= 0 and in mask), then the others of mask in
+/// row-major order: threads next to each other then reach elements next to each other along
+/// F.
+template <int F, std::size_t R>
+GRADIX_HOST_DEVICE constexpr void unravel_mask_fast(coord<R>& d, array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
+  if constexpr (F >= 0 && std::size_t(F) < R) {
+    if ((mask >> F) & 1) {
+      d[F] = k % ext[F];
+      k /= ext[F];
+      mask &= ~(std::uint64_t(1) << F);
+    }
+  }
+  unravel_mask(d, ext, mask, k);
+}
 /// The number of points over the axes in mask.
 template <std::size_t R>
 constexpr index_t count_mask(array<index_t, R> const& ext, std::uint64_t mask) {
@@ -110,6 +124,18 @@ struct use_axes {
     return r & outer;
   }();
   static constexpr std::uint64_t key = outer & ~column;
+  /// The outer axis that reaches the storage's contiguous component as itself (a column
+  /// axis), or -1: update_kernel's threads go along it first, so their stores are adjacent.
+  static constexpr int fast = [] {
+    using G = typename Use::storage_type;
+    if constexpr (G::unit_axis < 0) {
+      return -1;
+    } else {
+      constexpr int j = ad::dom_component_of<M, std::size_t(G::unit_axis)>::value;
+      if constexpr (j < 0) return -1;
+      else return ((column >> j) & 1) ? j : -1;
+    }
+  }();
   /// Whether a component that is ax_dom<j> (j >= 0; -1: another kind) is a column axis's.
   static constexpr bool reached_by_column(int j) { return j >= 0 && ((column >> (j < 0 ? 0 : j)) & 1); }
   /// The target components that no column axis reaches (those a key determines), as a mask.
@@ -144,7 +170,8 @@ GRADIX_HOST_DEVICE T outer_value(VE const& vev, coord<R>& d, array<index_t, R> c
 }  // namespace detail
 
 /// One thread per outer coordinate: its value, stored (Atomic: added atomically) at m(d).
-template <class D, class V, class M, class T, class Addr, std::uint64_t P, bool Collapse, bool Atomic>
+/// Consecutive threads take consecutive coordinates along outer axis Fast first (when >= 0).
+template <class D, class V, class M, class T, class Addr, std::uint64_t P, bool Collapse, bool Atomic, int Fast = -1>
 struct update_kernel {
   static constexpr bool uses_barriers = false;
   D dom_;
@@ -163,7 +190,7 @@ struct update_kernel {
     auto const ext = dom_.extents();
     for (index_t k = grid_first(c); k < n_outer_; k += grid_step(c)) {
       coord<RD> d{};
-      detail::unravel_mask(d, ext, outer, k);
+      detail::unravel_mask_fast<Fast>(d, ext, outer, k);
       T const s = detail::outer_value<T, P, Collapse>(vev, d, ext, n_proj_);
       index_t const off = addr_.offset(ev::map_value(map_, d));
       if constexpr (Atomic) c.atomic_add(data_ + off, s);
@@ -399,6 +426,8 @@ struct use_segment_block_kernel {
 ///      by an exclusive scan (each thread owns consecutive points, one scan over the
 ///      threads), and the k-th gets slot count + k: slot_of[pos] and ids[slot] are set;
 ///   3. the new slices (contiguous, after the old count) are cleared and count is advanced.
+/// Thread 0 then publishes (seq_, count) to host-visible memory when there is some
+/// (device_sparse_grad::make_room reads it without waiting).
 /// Slots and their order depend on the map alone: the same on every run and launch shape,
 /// and, as on the host (grad/storage.hpp), in order of first touch.
 template <class D, class M, std::size_t C, std::uint64_t Dep, class T>
@@ -412,6 +441,11 @@ struct reserve_kernel {
   T* data_;
   std::int32_t* count_;
   index_t slice_;
+  std::uint64_t* published_;  // host-visible (null: none): (seq_ << 32) | the count after this call
+  std::uint32_t seq_;
+  GRADIX_HOST_DEVICE void publish(std::int32_t count) const {
+    if (published_) *published_ = (std::uint64_t(seq_) << 32) | std::uint32_t(count);
+  }
   GRADIX_HOST_DEVICE index_t pos(index_t p) const {
     coord<D::rank> d{};
     detail::unravel_mask(d, dom_.extents(), Dep, p);
@@ -433,7 +467,10 @@ struct reserve_kernel {
     }
     std::int32_t const base = *count_;
     c.sync();
-    if (sh[b] == 0) return;  // every position has its slot (the same answer in every thread)
+    if (sh[b] == 0) {  // every position has its slot (the same answer in every thread)
+      if (t == 0) publish(base);
+      return;
+    }
     // each thread owns consecutive points [lo, hi): it counts its first touches of new
     // positions, one exclusive scan over the threads (Hillis-Steele in shared memory) gives
     // its first slot, and it assigns its points' slots in order
@@ -459,7 +496,10 @@ struct reserve_kernel {
     index_t const fresh = index_t(carry) * slice_;
     T* const first = data_ + index_t(base) * slice_;
     for (index_t e = t; e < fresh; e += b) first[e] = T(0);
-    if (t == 0) *count_ = base + carry;
+    if (t == 0) {
+      *count_ = base + carry;
+      publish(base + carry);
+    }
   }
 };
 
@@ -515,7 +555,7 @@ ready_reserve<Use> make_reserve(Use const& u, bool wanted = true) {
     bool empty = !u.target_ || !wanted;
     for (std::size_t j = 0; j < RD; ++j)
       if (ext[j] == 0) empty = true;
-    if (empty) return {{u.dom_, u.map_, 0, nullptr, nullptr, nullptr, nullptr, 0}, false};
+    if (empty) return {{u.dom_, u.map_, 0, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0}, false};
     index_t const n = count_mask(ext, component_deps_v<Use, G::axis>);
     if (n > index_t(INT32_MAX) - 2)
       ::gradix::detail::fail("gradix::grid::backward: a use writes ", n, " positions of a sparse gradient in one call (at most ",
@@ -523,7 +563,7 @@ ready_reserve<Use> make_reserve(Use const& u, bool wanted = true) {
     auto const r = u.target_->make_room(n);
     static_assert(std::is_trivially_copyable_v<reserve_of_t<Use>>,
                   "gradix::grid: a reservation kernel must be trivially copyable");
-    return {{u.dom_, u.map_, n, r.slot_of, r.ids, r.data, r.count, r.slice}, true};
+    return {{u.dom_, u.map_, n, r.slot_of, r.ids, r.data, r.count, r.slice, r.published, r.sequence}, true};
   }
 }
 /// Threads per block of reservation launches (the block's size changes no slot: by default
@@ -568,7 +608,7 @@ struct use_work {
   /// Whether the use has projected axes that v depends on (a block may sum them).
   static constexpr bool may_block = A::projected != 0 && !K::collapses_projected;
   static constexpr bool uses_barriers = may_block;
-  using thread_kernel = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, !K::injective>;
+  using thread_kernel = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, !K::injective, A::fast>;
 
   D dom_;
   V v_;
