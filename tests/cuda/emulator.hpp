@@ -47,6 +47,7 @@ struct options {
   bool reverse_threads = false; // threads of barrier-free kernels from last to first
   std::size_t stack_bytes = 64 * 1024;
   index_t max_threads = 1024;
+  std::size_t max_shared_bytes = 227 * 1024;
 };
 
 class launcher;
@@ -101,6 +102,9 @@ class launcher {
   }
 
   index_t max_threads() const { return o_.max_threads; }
+  /// The shared memory a block may have (an H200's: 227 KiB); a launch asking for more is an
+  /// error, as on a GPU.
+  std::size_t max_shared_bytes() const { return o_.max_shared_bytes; }
   options& opts() { return o_; }
 
   /// Runs every block of kernel k now (the emulator has no queue: it is always in order).
@@ -109,6 +113,9 @@ class launcher {
     if (s.blocks < 1 || s.threads < 1 || s.threads > o_.max_threads)
       gradix::detail::fail("grid emulator: launch of ", s.blocks, " blocks of ", s.threads,
                            " threads (at most ", o_.max_threads, " threads per block)");
+    if (s.shared_bytes > o_.max_shared_bytes)
+      gradix::detail::fail("grid emulator: launch with ", s.shared_bytes, " bytes of shared memory per block (at most ",
+                           o_.max_shared_bytes, ")");
     ++launches_;
     std::vector<index_t> order(std::size_t(s.blocks));
     std::iota(order.begin(), order.end(), index_t(0));

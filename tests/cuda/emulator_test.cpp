@@ -510,6 +510,9 @@ void check_scatter(std::vector<std::int64_t> const& idx, index_t rows, index_t c
       for (index_t max_blocks : {1, 7, 0})
         for (bool shuffle : {false, true}) {
           options o;
+          // a small shared memory: sort tiles of 512 keys, so the sort also takes steps
+          // across tiles (through global memory); else one tile (up to 8192 keys)
+          if (shuffle) o.max_shared_bytes = 8 * 1024;
           o.shuffle_blocks = shuffle;
           o.reverse_threads = shuffle;
           o.seed = std::uint64_t(threads + max_blocks);

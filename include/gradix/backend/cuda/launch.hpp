@@ -164,9 +164,26 @@ class launcher {
   cudaStream_t stream() const { return stream_; }
   index_t max_threads() const { return 1024; }
 
+  /// The dynamic shared memory a block may have (the device's opt-in limit: 227 KiB on an
+  /// H200). launch() raises a kernel's limit when a launch asks for more than the default
+  /// 48 KiB.
+  std::size_t max_shared_bytes() const { return cache_->shared_limit(); }
+
   template <class K>
   void launch(grid::launch_shape s, K const& k) {
     (void)cudaGetLastError();  // an earlier error (a failed, caught allocation) is not this launch's
+    if (s.shared_bytes > default_shared) {
+      // the kernel's own limit, raised once to the most any launch of it asked (per process:
+      // one device is assumed)
+      static std::mutex m;
+      static std::size_t raised = default_shared;
+      std::lock_guard<std::mutex> g(m);
+      if (s.shared_bytes > raised) {
+        check(cudaFuncSetAttribute(run_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s.shared_bytes)),
+              "cudaFuncSetAttribute (dynamic shared memory)");
+        raised = s.shared_bytes;
+      }
+    }
     run_kernel<K><<<unsigned(s.blocks), unsigned(s.threads), s.shared_bytes, stream_>>>(k);
     check(cudaGetLastError(), "kernel launch");
   }
@@ -304,6 +321,19 @@ class launcher {
     std::unordered_map<void*, std::size_t> live;                          // every block handed out
     std::unordered_map<block_key, std::vector<void*>, key_hash> free;     // small blocks kept
     std::size_t kept = 0;
+    // the opt-in shared memory limit per block, asked once
+    std::once_flag shared_once;
+    std::size_t shared_max = 48 * 1024;
+    std::size_t shared_limit() {
+      std::call_once(shared_once, [&] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && v > 0)
+          shared_max = std::size_t(v);
+        (void)cudaGetLastError();
+      });
+      return shared_max;
+    }
     // host-visible slots (allocate_host_visible)
     static constexpr std::size_t visible_slot = 64;
     static constexpr std::size_t visible_page = 4096;
@@ -357,6 +387,7 @@ class launcher {
     while (s < bytes) s *= 2;
     return s;
   }
+  static constexpr std::size_t default_shared = 48 * 1024;
   cudaStream_t stream_ = cudaStreamPerThread;
   std::shared_ptr<cache> cache_ = std::make_shared<cache>();
 };
