@@ -467,6 +467,23 @@ TEST_CASE("grid::backward: the uses of a plan share launches (one for the reserv
       for (int k = 0; k < 3; ++k) gx::backward(gx::sum(hpb3(gx::all, gx::indices(hidx))));
       check_close(hpb3.grad().to_dense(), dpb.grad().download(), 1e-12, "three calls after zero_grad");
 
+      // deterministic: the gathered table's keys are made and sorted in one block beside the
+      // reservations, still two launches; the same bits as the unfused path of a plan of one
+      // use (keys, sort and segment sums as launches of their own)
+      {
+        auto dqa = grid::param(to_device(l, ha), gx::sparse_grad<1>);
+        auto dqb = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+        auto dsb = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+        l0 = l.launches();
+        grid::backward_only(l, gx::sum(dqb(gx::all, grid::indices(di)) + dqa(gx::all, gx::at(j))),
+                            {mode::deterministic, {c.threads, c.max_blocks}});
+        CHECK(l.launches() - l0 == 2);
+        l0 = l.launches();
+        grid::backward_only(l, gx::sum(dsb(gx::all, grid::indices(di))), {mode::deterministic, {c.threads, c.max_blocks}});
+        CHECK(l.launches() - l0 == 1 + 3);  // the reservation, then keys, sort, segments
+        check_bits(dsb.grad().download(), dqb.grad().download(), "deterministic: fused sort and unfused sort");
+      }
+
       // one table read twice: two groups, so two launches of each kind, one after the other
       // (the second use's new slots follow the first's, as on the host)
       auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);

@@ -141,7 +141,7 @@ auto plan_uses(tuple<E...> const& p) {
 template <class... U>
 inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= 8 &&
                                     sizeof(fused_kernel<use_work<U>...>) <= 3072 &&
-                                    sizeof(fused_kernel<reserve_of_t<U>...>) <= 3072;
+                                    sizeof(fused_kernel<reserve_of_t<U>..., sort_of_t<U>...>) <= 3072;
 
 /// Runs uses us on l, fused: uses whose storages differ share launches. The uses are cut into
 /// groups, in order, a new group starting at a use whose storage is in the current one
@@ -181,30 +181,43 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
     ++groups;
   }
   index_t const cap = o.launch.max_blocks > 0 ? o.launch.max_blocks : max_grid_blocks;
-  // 1. the reservations, group by group (each group's storages make room just before its launch)
+  // 1. the reservations, group by group (each group's storages make room just before its
+  //    launch), and beside them, in deterministic mode, the one-block key sorts of its lookups
   index_t const rt = reserve_threads(l, o.launch);
+  std::unique_ptr<scratch<L>> keys[N];
+  array<bool, N> sorted{};
   for (int g = 0; g < groups; ++g) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       array<bool, N> active{};
-      fused_kernel<reserve_of_t<U>...> k{::gradix::make_tuple([&] {
-                                           auto r = make_reserve(get<I>(us), group[I] == g);
-                                           active[I] = r.active;
-                                           return r.k;
-                                         }()...),
-                                         {}};
+      std::size_t shared = std::size_t(rt + 1) * sizeof(std::int32_t);
+      fused_kernel<reserve_of_t<U>..., sort_of_t<U>...> k{
+          ::gradix::make_tuple(
+              [&] {
+                auto r = make_reserve(get<I>(us), group[I] == g);
+                active[I] = r.active;
+                return r.k;
+              }()...,
+              [&] {
+                auto r = make_sort(l, get<I>(us), o.mode, keys[I], group[I] == g);
+                sorted[I] = r.active;
+                if (r.shared > shared) shared = r.shared;
+                return r.k;
+              }()...),
+          {}};
       k.first_[0] = 0;
       ((k.first_[I + 1] = k.first_[I] + (active[I] ? 1 : 0)), ...);
+      ((k.first_[N + I + 1] = k.first_[N + I] + (group[I] == g && sorted[I] ? 1 : 0)), ...);
       static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
-      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], rt, std::size_t(rt + 1) * sizeof(std::int32_t)}, k);
+      if (k.first_[2 * N] > 0) l.launch(launch_shape{k.first_[2 * N], rt, shared}, k);
     }(Seq{});
   }
   // 2. the updates, group by group
-  std::unique_ptr<scratch<L>> keys[N];
   for (int g = 0; g < groups; ++g) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      fused_kernel<use_work<U>...> k{::gradix::make_tuple((group[I] == g ? make_work(l, get<I>(us), o.mode, keys[I], o.launch)
-                                                               : idle_work(get<I>(us)))...),
-                                     {}};
+      fused_kernel<use_work<U>...> k{
+          ::gradix::make_tuple((group[I] == g ? make_work(l, get<I>(us), o.mode, keys[I], o.launch, sorted[I])
+                                              : idle_work(get<I>(us)))...),
+          {}};
       bool const blockwise = (get<I>(k.w_).blockwise() || ...);
       index_t t = blockwise ? block_lanes : (o.launch.threads > 0 ? o.launch.threads : 256);
       if (t > l.max_threads()) t = l.max_threads();
@@ -215,7 +228,8 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
       static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
       if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], t, shared}, k);
     }(Seq{});
-    for (auto& s : keys) s.reset();
+    for (std::size_t i = 0; i < N; ++i)
+      if (group[i] == g) keys[i].reset();
   }
 }
 

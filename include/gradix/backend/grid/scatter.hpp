@@ -133,6 +133,33 @@ struct bitonic_step_kernel {
   }
 };
 
+namespace detail {
+/// The bitonic steps k = k_first .. k_last (doubling), j from min(k / 2, tile / 2) down to 1,
+/// on the tile of keys in shared memory sh whose first key has global index base: each a
+/// compare-exchange of the pairs (i, i + j), ascending where ((base + i) & k) == 0. Every
+/// thread of the block calls it; it ends with a barrier.
+GRADIX_KERNEL_BODY
+template <class Ctx>
+GRADIX_HOST_DEVICE void bitonic_steps_in_shared(Ctx const& c, scatter_key* sh, index_t tile, index_t base, index_t k_first,
+                                                index_t k_last) {
+  index_t const t = c.thread(), b = c.threads(), half = tile / 2;
+  for (index_t k = k_first; k <= k_last; k *= 2) {
+    for (index_t j = (k / 2 < half ? k / 2 : half); j > 0; j /= 2) {
+      for (index_t q = t; q < half; q += b) {
+        index_t const i = 2 * j * (q / j) + q % j;  // bit j of i is clear; its partner is i + j
+        bool const up = ((base + i) & k) == 0;
+        scatter_key const x = sh[i], y = sh[i + j];
+        if (up == key_less(y, x)) {
+          sh[i] = y;
+          sh[i + j] = x;
+        }
+      }
+      c.sync();
+    }
+  }
+}
+}  // namespace detail
+
 /// Keys per block of bitonic_tile_kernel (in shared memory: 32 KiB of scatter_key) when the
 /// launcher does not say how much shared memory a block may have.
 inline constexpr index_t sort_tile = 2048;
@@ -152,24 +179,11 @@ struct bitonic_tile_kernel {
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     scatter_key* const sh = c.template shared<scatter_key>();
-    index_t const t = c.thread(), b = c.threads(), half = tile_ / 2;
+    index_t const t = c.thread(), b = c.threads();
     for (index_t base = c.block() * tile_; base < m_; base += c.blocks() * tile_) {
       for (index_t q = t; q < tile_; q += b) sh[q] = keys_[base + q];
       c.sync();
-      for (index_t k = k_first_; k <= k_last_; k *= 2) {
-        for (index_t j = (k / 2 < half ? k / 2 : half); j > 0; j /= 2) {
-          for (index_t q = t; q < half; q += b) {
-            index_t const i = 2 * j * (q / j) + q % j;  // bit j of i is clear; its partner is i + j
-            bool const up = ((base + i) & k) == 0;
-            scatter_key const x = sh[i], y = sh[i + j];
-            if (up == detail::key_less(y, x)) {
-              sh[i] = y;
-              sh[i + j] = x;
-            }
-          }
-          c.sync();
-        }
-      }
+      detail::bitonic_steps_in_shared(c, sh, tile_, base, k_first_, k_last_);
       for (index_t q = t; q < tile_; q += b) keys_[base + q] = sh[q];
       c.sync();  // the tile is written back before the next one is loaded
     }

@@ -330,6 +330,44 @@ struct use_keys_kernel {
   }
 };
 
+/// use_keys_kernel and bitonic_sort in one block, for m_ keys that fit in its shared memory
+/// (m_ x sizeof(scatter_key) bytes): the keys are made in shared memory, sorted there (every
+/// step of the bitonic network), and written to keys_. The same sorted keys as the two
+/// launches; a fused launch runs it beside the reservations (backward.hpp).
+template <class D, class M, std::uint64_t Key, std::size_t RT>
+struct use_sort_kernel {
+  static constexpr bool uses_barriers = true;
+  D dom_;
+  M map_;
+  array<index_t, RT> kst_;
+  index_t n_;
+  index_t m_;
+  scatter_key* keys_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    if (c.block() != 0) return;  // (one block's work)
+    constexpr std::size_t RD = D::rank;
+    scatter_key* const sh = c.template shared<scatter_key>();
+    index_t const t = c.thread(), b = c.threads();
+    auto const ext = dom_.extents();
+    for (index_t r = t; r < m_; r += b) {
+      index_t key = index_t(PTRDIFF_MAX);
+      if (r < n_) {
+        coord<RD> d{};
+        detail::unravel_mask(d, ext, Key, r);
+        auto const tg = ev::map_value(map_, d);
+        key = 0;
+        for (std::size_t k = 0; k < RT; ++k) key += tg[k] * kst_[k];
+      }
+      sh[r] = scatter_key{key, r};
+    }
+    c.sync();
+    detail::bitonic_steps_in_shared(c, sh, m_, 0, 2, m_);
+    for (index_t r = t; r < m_; r += b) keys_[r] = sh[r];
+  }
+};
+
 /// For each segment head s of the sorted keys and column coordinate q: the sum, in key
 /// order, of the segment's values at q, stored once at m(d).
 template <class D, class V, class M, class T, class Addr, std::uint64_t Key, std::uint64_t Col, std::uint64_t P,
@@ -690,7 +728,8 @@ use_work<Use> idle_work(Use const& u) {
   return {u.dom_, u.v_, u.map_, nullptr, {}, 0, 0, nullptr, 0, 0, store_kind::none};
 }
 template <class L, class Use>
-use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, launch_options o) {
+use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, launch_options o,
+                        bool presorted = false) {
   using W = use_work<Use>;
   using K = typename W::K;
   using A = typename W::A;
@@ -718,15 +757,72 @@ use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<s
     for (std::size_t k = 0; k < RT; ++k)
       if (!((A::key_components >> k) & 1)) kst[k] = 0;
     index_t const m = key_count(w.n_keys_);
-    keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
-    scatter_key* const kp = keys->template as<scatter_key>();
-    l.launch(shape_for(m, o, l.max_threads()),
-             use_keys_kernel<typename W::D, typename W::M, A::key, RT>{u.dom_, u.map_, kst, w.n_keys_, m, kp});
-    bitonic_sort(l, kp, m, o);
-    w.keys_ = kp;
+    if (!presorted) {  // (else sort_work made and sorted them in the reservation launch)
+      keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+      scatter_key* const kp = keys->template as<scatter_key>();
+      l.launch(shape_for(m, o, l.max_threads()),
+               use_keys_kernel<typename W::D, typename W::M, A::key, RT>{u.dom_, u.map_, kst, w.n_keys_, m, kp});
+      bitonic_sort(l, kp, m, o);
+    }
+    w.keys_ = keys->template as<scatter_key>();
     w.kind_ = long_proj ? store_kind::segment_block : store_kind::segment;
   }
   return w;
+}
+}  // namespace detail
+
+namespace detail {
+/// The one-block key sort of a use (use_sort_kernel; no_work when its map is injective).
+template <class Use, bool Injective = ad::kernel_traits<Use>::injective>
+struct sort_of {
+  using type = no_work;
+};
+template <class Use>
+struct sort_of<Use, false> {
+  using type = use_sort_kernel<typename Use::domain_type, typename Use::map_type, use_axes<Use>::key,
+                               ad::kernel_traits<Use>::target_rank>;
+};
+template <class Use>
+using sort_of_t = typename sort_of<Use>::type;
+
+/// The key sort of use u in one block, made ready to launch (its keys in `keys`): active when
+/// the use stores through sorted keys (a lookup, in deterministic mode) and its keys fit in a
+/// block's shared memory, whose bytes it needs (`shared`).
+template <class Use>
+struct ready_sort {
+  sort_of_t<Use> k;
+  bool active;
+  std::size_t shared;
+};
+template <class L, class Use>
+ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, bool wanted) {
+  using K = ad::kernel_traits<Use>;
+  if constexpr (K::injective) {
+    return {{}, false, 0};
+  } else {
+    using A = use_axes<Use>;
+    using G = typename Use::storage_type;
+    constexpr std::size_t RT = K::target_rank;
+    auto const ext = u.dom_.extents();
+    index_t const n = count_mask(ext, A::key);
+    index_t const m = key_count(n);
+    array<index_t, RT> kst{};
+    ready_sort<Use> r{{u.dom_, u.map_, kst, n, m, nullptr}, false, 0};
+    bool empty = !u.target_ || !wanted || mode != scatter_mode::deterministic || m > sort_tile_for(l) || m < 2;
+    for (std::size_t j = 0; j < K::domain_rank; ++j)
+      if (ext[j] == 0) empty = true;
+    if (empty) return r;
+    G& g = *u.target_;
+    kst = contiguous_strides<row_major>(g.shape().extents());
+    for (std::size_t k = 0; k < RT; ++k)
+      if (!((A::key_components >> k) & 1)) kst[k] = 0;
+    keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+    r.k.kst_ = kst;
+    r.k.keys_ = keys->template as<scatter_key>();
+    r.active = true;
+    r.shared = std::size_t(m) * sizeof(scatter_key);
+    return r;
+  }
 }
 }  // namespace detail
 
