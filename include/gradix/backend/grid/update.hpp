@@ -330,10 +330,11 @@ struct use_keys_kernel {
   }
 };
 
-/// use_keys_kernel and bitonic_sort in one block, for m_ keys that fit in its shared memory
-/// (m_ x sizeof(scatter_key) bytes): the keys are made in shared memory, sorted there (every
-/// step of the bitonic network), and written to keys_. The same sorted keys as the two
-/// launches; a fused launch runs it beside the reservations (backward.hpp).
+/// use_keys_kernel and bitonic_sort in one block, for m_ keys that fit in one sort tile
+/// (sort_tile_for; m_ x sizeof(scatter_key) bytes of shared memory): the keys are made in
+/// shared memory, sorted there (every step of the bitonic network), and written to keys_. The
+/// same sorted keys as the launches it replaces; a fused launch runs it beside the
+/// reservations (backward.hpp). More keys are sorted by bitonic_sort, over several blocks.
 template <class D, class M, std::uint64_t Key, std::size_t RT>
 struct use_sort_kernel {
   static constexpr bool uses_barriers = true;
