@@ -484,22 +484,49 @@ TEST_CASE("grid::backward: the uses of a plan share launches (one for the reserv
         check_bits(dsb.grad().download(), dqb.grad().download(), "deterministic: fused sort and unfused sort");
       }
 
-      // one table read twice: two groups, so two launches of each kind, one after the other
-      // (the second use's new slots follow the first's, as on the host)
-      auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);
-      auto dd = grid::param(to_device(l, ha));  // and a dense table, in the first group
-      l0 = l.launches();
-      grid::backward_only(l, gx::sum(dq(gx::all, grid::indices(di)) + dq(gx::all, gx::at(7)) + dd(gx::all, gx::at(j))),
-                          {mode::atomic, {c.threads, c.max_blocks}});
-      CHECK(l.launches() - l0 == 4);
-      auto hq = gx::param(hb, gx::sparse_grad<1>);
-      auto hd = gx::param(ha);
-      gx::backward(gx::sum(hq(gx::all, gx::indices(hidx)) + hq(gx::all, gx::at(7)) + hd(gx::all, gx::at(j))));
-      check_close(hq.grad().to_dense(), dq.grad().download(), 1e-12, "a table read twice");
-      check_close(hd.grad().to_dense(), dd.grad().download(), 1e-12, "the dense table beside it");
-      std::vector<std::int32_t> host_ids;
-      for (index_t k = 0; k < hq.grad().size(); ++k) host_ids.push_back(std::int32_t(hq.grad().id(k)));
-      CHECK(host_ids == dq.grad().ids());
+      // one table read twice, at a column the gather also reads (4) or not (7), and a dense
+      // table beside it. Atomic mode: still one reservation launch (the table's two uses one
+      // after the other in one block, so the at(j) column's new slot follows the gather's, as
+      // on the host) and one update launch (the two uses of the table adding atomically).
+      // Deterministic mode: two groups, so two launches of each kind, one after the other.
+      for (mode m : {mode::atomic, mode::deterministic})
+        for (index_t col : {7, 4}) {
+          INFO((m == mode::atomic ? "atomic" : "deterministic") << ", at(" << col << ")");
+          auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto dd = grid::param(to_device(l, ha));
+          l0 = l.launches();
+          for (int rep = 0; rep < 2; ++rep)
+            grid::backward_only(l, gx::sum(dq(gx::all, grid::indices(di)) + dq(gx::all, gx::at(col)) + dd(gx::all, gx::at(j))),
+                                {m, {c.threads, c.max_blocks}});
+          CHECK(l.launches() - l0 == (m == mode::atomic ? 2 * 2 : 2 * 4));
+          auto hq = gx::param(hb, gx::sparse_grad<1>);
+          auto hd = gx::param(ha);
+          for (int rep = 0; rep < 2; ++rep)
+            gx::backward(gx::sum(hq(gx::all, gx::indices(hidx)) + hq(gx::all, gx::at(col)) + hd(gx::all, gx::at(j))));
+          check_close(hq.grad().to_dense(), dq.grad().download(), 1e-12, "a table read twice");
+          check_close(hd.grad().to_dense(), dd.grad().download(), 1e-12, "the dense table beside it");
+          std::vector<std::int32_t> host_ids;
+          for (index_t k = 0; k < hq.grad().size(); ++k) host_ids.push_back(std::int32_t(hq.grad().id(k)));
+          CHECK(host_ids == dq.grad().ids());
+        }
+
+      // the second use of a table grows its storage (1 position, then 24 new ones), so the
+      // first use's reservation, in the same block, must write through the grown storage too
+      {
+        std::vector<std::int32_t> many;
+        for (std::int32_t q = 0; q < 24; ++q) many.push_back((q * 7 + 3) % 30);
+        auto const dm = grid::device_indices<std::int32_t, launcher>::from_host(l, many);
+        auto const hm = index_tensor(many);
+        auto dq = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+        grid::backward_only(l, gx::sum(dq(gx::all, gx::at(29)) * 2.0 + dq(gx::all, grid::indices(dm))),
+                            {mode::atomic, {c.threads, c.max_blocks}});
+        auto hq = gx::param(hb, gx::sparse_grad<1>);
+        gx::backward(gx::sum(hq(gx::all, gx::at(29)) * 2.0 + hq(gx::all, gx::indices(hm))));
+        check_close(hq.grad().to_dense(), dq.grad().download(), 1e-12, "a table whose second use grows its storage");
+        std::vector<std::int32_t> host_ids;
+        for (index_t k = 0; k < hq.grad().size(); ++k) host_ids.push_back(std::int32_t(hq.grad().id(k)));
+        CHECK(host_ids == dq.grad().ids());
+      }
     }
     CHECK(l.live_allocations() == 0);
   }

@@ -143,43 +143,62 @@ inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= 8 &&
                                     sizeof(fused_kernel<use_work<U>...>) <= 3072 &&
                                     sizeof(fused_kernel<reserve_of_t<U>..., sort_of_t<U>...>) <= 3072;
 
-/// Runs uses us on l, fused: uses whose storages differ share launches. The uses are cut into
-/// groups, in order, a new group starting at a use whose storage is in the current one
-/// already (a fused pair's two uses, for example); each group is one reservation launch (one
-/// block per sparse use), then, after every group's reservation, one update launch per group
-/// (each use's blocks a range of the launch, member_context). Members of a launch write
-/// different storages, so the plain stores of injective maps do not race.
+/// Points a reservation kernel at its storage's memory as it is now (a later make_room of the
+/// same storage, for another use of the launch, may have grown it).
+template <class K, class G>
+void refresh_reservation(K& k, G const& g) {
+  if constexpr (G::sparse) {
+    auto const r = g.current();
+    k.slot_of_ = r.slot_of;
+    k.ids_ = r.ids;
+    k.data_ = r.data;
+    k.count_ = r.count;
+  }
+}
+
+/// Runs uses us on l, fused. The uses are cut into groups, in plan order; each group is one
+/// reservation launch and, after every group's reservations, one update launch. In atomic
+/// mode one group holds every use: the reservations of one storage run in one block, one
+/// after the other (first-touch order, as in separate launches), and the updates of uses that
+/// share a storage add atomically, injective maps too (they run concurrently). In
+/// deterministic mode a new group starts at a use whose storage is in the current one already
+/// (a fused pair's two uses, for example), so the order of their adds stays fixed; a lookup's
+/// keys are sorted by one block in the reservation launch when they fit a sort tile. Within a
+/// launch each use's kernel gets its own range of blocks (member_context).
 template <class L, class... U>
 void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
   constexpr std::size_t N = sizeof...(U);
   using Seq = std::index_sequence_for<U...>;
+  bool const share = o.mode == scatter_mode::atomic;
+  void const* target[N] = {};
+  [&]<std::size_t... I>(std::index_sequence<I...>) { ((target[I] = get<I>(us).target_), ...); }(Seq{});
   array<int, N> group{};
   int groups = 0;
   {
     void const* in_group[N] = {};
     std::size_t k = 0;
     bool any = false;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (
-          [&] {
-            void const* const t = get<I>(us).target_;
-            group[I] = -1;
-            if (!t) return;
-            for (std::size_t q = 0; q < k; ++q)
-              if (in_group[q] == t) {
-                ++groups;
-                k = 0;
-                break;
-              }
-            in_group[k++] = t;
-            group[I] = groups;
-            any = true;
-          }(),
-          ...);
-    }(Seq{});
+    for (std::size_t i = 0; i < N; ++i) {
+      group[i] = -1;
+      if (!target[i]) continue;
+      for (std::size_t q = 0; q < k && !share; ++q)
+        if (in_group[q] == target[i]) {
+          ++groups;
+          k = 0;
+          break;
+        }
+      in_group[k++] = target[i];
+      group[i] = groups;
+      any = true;
+    }
     if (!any) return;
     ++groups;
   }
+  // whether another use of the same group writes the same storage
+  array<bool, N> shared{};
+  for (std::size_t i = 0; i < N; ++i)
+    for (std::size_t j = 0; j < N; ++j)
+      if (i != j && group[i] >= 0 && group[i] == group[j] && target[i] == target[j]) shared[i] = true;
   index_t const cap = o.launch.max_blocks > 0 ? o.launch.max_blocks : max_grid_blocks;
   // 1. the reservations, group by group (each group's storages make room just before its
   //    launch), and beside them, in deterministic mode, the one-block key sorts of its lookups
@@ -188,45 +207,54 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
   array<bool, N> sorted{};
   for (int g = 0; g < groups; ++g) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      array<bool, N> active{};
-      std::size_t shared = std::size_t(rt + 1) * sizeof(std::int32_t);
-      fused_kernel<reserve_of_t<U>..., sort_of_t<U>...> k{
-          ::gradix::make_tuple(
-              [&] {
-                auto r = make_reserve(get<I>(us), group[I] == g);
-                active[I] = r.active;
-                return r.k;
-              }()...,
-              [&] {
-                auto r = make_sort(l, get<I>(us), o.mode, keys[I], group[I] == g);
-                sorted[I] = r.active;
-                if (r.shared > shared) shared = r.shared;
-                return r.k;
-              }()...),
-          {}};
-      k.first_[0] = 0;
-      ((k.first_[I + 1] = k.first_[I] + (active[I] ? 1 : 0)), ...);
-      ((k.first_[N + I + 1] = k.first_[N + I] + (group[I] == g && sorted[I] ? 1 : 0)), ...);
+      // (braced lists: the storages make room in use order, the order the kernels run in)
+      std::tuple<ready_reserve<U>...> rr{make_reserve(get<I>(us), group[I] == g)...};
+      std::tuple<ready_sort<U>...> rs{make_sort(l, get<I>(us), o.mode, keys[I], group[I] == g)...};
+      ((std::get<I>(rr).active ? refresh_reservation(std::get<I>(rr).k, *get<I>(us).target_) : void()), ...);
+      array<bool, N> const active{{std::get<I>(rr).active...}};
+      ((group[I] == g ? void(sorted[I] = std::get<I>(rs).active) : void()), ...);
+      std::size_t shared_bytes = std::size_t(rt + 1) * sizeof(std::int32_t);
+      ((shared_bytes = std::get<I>(rs).shared > shared_bytes ? std::get<I>(rs).shared : shared_bytes), ...);
+      fused_kernel<reserve_of_t<U>..., sort_of_t<U>...> k{::gradix::make_tuple(std::get<I>(rr).k..., std::get<I>(rs).k...),
+                                                          {},
+                                                          {}};
+      // a block per storage (its uses' reservations one after the other), then one per sort
+      index_t next = 0;
+      for (std::size_t i = 0; i < N; ++i) {
+        k.begin_[i] = k.end_[i] = 0;
+        if (!active[i]) continue;
+        index_t b = -1;
+        for (std::size_t j = 0; j < i && b < 0; ++j)
+          if (active[j] && target[j] == target[i]) b = k.begin_[j];
+        if (b < 0) b = next++;
+        k.begin_[i] = b;
+        k.end_[i] = b + 1;
+      }
+      for (std::size_t i = 0; i < N; ++i) {
+        bool const on = group[i] == g && sorted[i];
+        k.begin_[N + i] = on ? next : 0;
+        k.end_[N + i] = on ? ++next : 0;
+      }
       static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
-      if (k.first_[2 * N] > 0) l.launch(launch_shape{k.first_[2 * N], rt, shared}, k);
+      if (next > 0) l.launch(launch_shape{next, rt, shared_bytes}, k);
     }(Seq{});
   }
   // 2. the updates, group by group
   for (int g = 0; g < groups; ++g) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      fused_kernel<use_work<U>...> k{
-          ::gradix::make_tuple((group[I] == g ? make_work(l, get<I>(us), o.mode, keys[I], o.launch, sorted[I])
-                                              : idle_work(get<I>(us)))...),
-          {}};
+      std::tuple<use_work<U>...> const ws{(group[I] == g ? make_work(l, get<I>(us), o.mode, keys[I], o.launch, sorted[I])
+                                                        : idle_work(get<I>(us)))...};
+      fused_kernel<use_work<U>...> k{::gradix::make_tuple(std::get<I>(ws)...), {}, {}};
+      ((get<I>(k.w_).atomic_ = group[I] == g && shared[I]), ...);
       bool const blockwise = (get<I>(k.w_).blockwise() || ...);
       index_t t = blockwise ? block_lanes : (o.launch.threads > 0 ? o.launch.threads : 256);
       if (t > l.max_threads()) t = l.max_threads();
-      std::size_t shared = 0;
-      ((shared = get<I>(k.w_).shared_bytes() > shared ? get<I>(k.w_).shared_bytes() : shared), ...);
-      k.first_[0] = 0;
-      ((k.first_[I + 1] = k.first_[I] + get<I>(k.w_).blocks(t, cap)), ...);
+      std::size_t shared_bytes = 0;
+      ((shared_bytes = get<I>(k.w_).shared_bytes() > shared_bytes ? get<I>(k.w_).shared_bytes() : shared_bytes), ...);
+      index_t next = 0;
+      ((k.begin_[I] = next, next += get<I>(k.w_).blocks(t, cap), k.end_[I] = next), ...);
       static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
-      if (k.first_[N] > 0) l.launch(launch_shape{k.first_[N], t, shared}, k);
+      if (next > 0) l.launch(launch_shape{next, t, shared_bytes}, k);
     }(Seq{});
     for (std::size_t i = 0; i < N; ++i)
       if (group[i] == g) keys[i].reset();

@@ -321,6 +321,9 @@ class device_sparse_grad {
     return {slot_of_, ids_, data_, count_, slice_, published_, issued_};
   }
 
+  /// The pointers a reservation kernel writes, as they are now (no room made).
+  reservation current() const { return {slot_of_, ids_, data_, count_, slice_, published_, issued_}; }
+
   /// Forgets the stored slices (keeps the memory); touches only their map entries.
   void zero() {
     zeroed_at_ = issued_;

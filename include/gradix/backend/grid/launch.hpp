@@ -197,33 +197,48 @@ struct member_context {
   }
 };
 
-/// Kernels W... as one launch: member i runs on the blocks [first_[i], first_[i + 1]) and sees
-/// them as its grid (member_context); a member with no blocks does not run. Every member must
-/// work with the launch's threads per block and shared memory. Members run concurrently, in
-/// no order, so they must not depend on each other's writes, nor write the same memory
-/// unless atomically.
+/// Kernels W... as one launch: member i runs on the blocks [begin_[i], end_[i]) and sees them
+/// as its grid (member_context); a member with no blocks does not run. Members whose ranges
+/// overlap run one after the other in the blocks they share, in member order, with a
+/// barrier between them (so the later one sees what the earlier one wrote in that block).
+/// Every member must work with the launch's threads per block and shared memory. Members on
+/// different blocks run concurrently, in no order, so they must not depend on each other's
+/// writes, nor write the same memory unless atomically.
 template <class... W>
 struct fused_kernel {
-  static constexpr bool uses_barriers = (W::uses_barriers || ...);
+  static constexpr bool uses_barriers = (W::uses_barriers || ...) || sizeof...(W) > 1;
   static constexpr std::size_t members = sizeof...(W);
   tuple<W...> w_;
-  array<index_t, sizeof...(W) + 1> first_;
+  array<index_t, sizeof...(W)> begin_;
+  array<index_t, sizeof...(W)> end_;
 
   GRADIX_KERNEL_BODY
   template <std::size_t I, class Ctx>
-  GRADIX_HOST_DEVICE void run_member(Ctx const& c, index_t b) const {
-    if (b >= first_[I] && b < first_[I + 1]) get<I>(w_)(member_context<Ctx>{c, first_[I], first_[I + 1] - first_[I]});
+  GRADIX_HOST_DEVICE void run_member(Ctx const& c, index_t b, bool& ran) const {
+    if (b >= begin_[I] && b < end_[I]) {
+      if (ran) c.sync();  // (block-uniform: every thread of the block takes the same members)
+      get<I>(w_)(member_context<Ctx>{c, begin_[I], end_[I] - begin_[I]});
+      ran = true;
+    }
   }
   GRADIX_KERNEL_BODY
   template <class Ctx, std::size_t... I>
   GRADIX_HOST_DEVICE void run_members(Ctx const& c, std::index_sequence<I...>) const {
     index_t const b = c.block();
-    (run_member<I>(c, b), ...);
+    bool ran = false;
+    (run_member<I>(c, b, ran), ...);
   }
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     run_members(c, std::index_sequence_for<W...>{});
+  }
+  /// The launch's blocks: the end of the last range.
+  index_t blocks() const {
+    index_t n = 0;
+    for (std::size_t i = 0; i < sizeof...(W); ++i)
+      if (end_[i] > n) n = end_[i];
+    return n;
   }
 };
 

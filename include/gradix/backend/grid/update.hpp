@@ -648,6 +648,9 @@ struct use_work {
   static constexpr bool may_block = A::projected != 0 && !K::collapses_projected;
   static constexpr bool uses_barriers = may_block;
   using thread_kernel = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, !K::injective, A::fast>;
+  /// update_kernel that adds atomically although the map is injective: for an injective use
+  /// that shares its launch with another use of the same storage (atomic mode).
+  using thread_atomic_kernel = update_kernel<D, V, M, T, Addr, A::projected, K::collapses_projected, true, A::fast>;
 
   D dom_;
   V v_;
@@ -660,6 +663,7 @@ struct use_work {
   index_t n_keys_;
   index_t n_cols_;
   store_kind kind_;
+  bool atomic_;  // add atomically even where the map is injective (see thread_atomic_kernel)
 
   thread_kernel as_thread() const { return {dom_, v_, map_, data_, addr_, n_outer_, n_proj_}; }
   auto as_block() const
@@ -684,11 +688,22 @@ struct use_work {
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     if (kind_ == store_kind::thread) {
-      thread_kernel{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+      if constexpr (K::injective) {
+        if (atomic_) thread_atomic_kernel{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+        else thread_kernel{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+      } else {
+        thread_kernel{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+      }
     }
     if constexpr (may_block) {
-      if (kind_ == store_kind::block)
-        update_block_kernel<D, V, M, T, Addr, A::projected, !K::injective>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+      if (kind_ == store_kind::block) {
+        if constexpr (K::injective) {
+          if (atomic_) update_block_kernel<D, V, M, T, Addr, A::projected, true>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+          else update_block_kernel<D, V, M, T, Addr, A::projected, false>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+        } else {
+          update_block_kernel<D, V, M, T, Addr, A::projected, true>{dom_, v_, map_, data_, addr_, n_outer_, n_proj_}(c);
+        }
+      }
     }
     if constexpr (!K::injective) {
       if (kind_ == store_kind::segment)
@@ -726,7 +741,7 @@ struct use_work {
 /// `keys`, which must outlive the launch of the work.
 template <class Use>
 use_work<Use> idle_work(Use const& u) {
-  return {u.dom_, u.v_, u.map_, nullptr, {}, 0, 0, nullptr, 0, 0, store_kind::none};
+  return {u.dom_, u.v_, u.map_, nullptr, {}, 0, 0, nullptr, 0, 0, store_kind::none, false};
 }
 template <class L, class Use>
 use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, launch_options o,
