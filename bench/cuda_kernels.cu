@@ -6,13 +6,16 @@
 // table and one JSON line. With --check, also checks that the deterministic scatter gives the
 // same bits twice and is close to the atomic one. Also the cost of a call apart from its work
 // (host microseconds: an empty launch, a launch and a read that waits, a grid::value of the
-// per-term forward's shape). Without a CUDA device it exits 77.
+// per-term forward's shape, one founding term's backward_only with the sum and the squared
+// loss, host and device time). Without a CUDA device it exits 77.
 //
 // Usage: bench_cuda_kernels [--reps R] [--check]
 #include <gradix/backend/cuda/launch.hpp>
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/backward.hpp>
 #include <gradix/backend/grid/dispatch.hpp>
 #include <gradix/backend/grid/memory.hpp>
+#include <gradix/backend/grid/param.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
 #include <gradix/gradix.hpp>
@@ -244,6 +247,34 @@ int main(int argc, char** argv) {
                      l.fill_zero(s.data(), sizeof(float));
                      l.launch(gx::grid::launch_shape{157, 256, 256 * sizeof(float)}, plain_sum_kernel{x.cview().data(), 320000, s.data()});
                    })});
+  {
+    // one term of the founding benchmark (Eb 64 x 65,535 gathered at 5000 columns, plus one
+    // column of a 64 x 100,000 table, sparse gradients): its backward_only, host time per
+    // call when queued, and device time of one call; the sum and the squared loss
+    namespace grid = gx::grid;
+    using S2 = gx::shape<gx::dyn, gx::dyn>;
+    using DT = grid::device_tensor<float, S2, L, gx::col_major>;
+    auto const ha = gx::randn<float, gx::col_major>(gx::dims(64, 100000), 7);
+    auto const hb = gx::randn<float, gx::col_major>(gx::dims(64, 65535), 8);
+    auto Ea = grid::param(DT::from_host(l, ha), gx::sparse_grad<1>);
+    auto Eb = grid::param(DT::from_host(l, hb), gx::sparse_grad<1>);
+    std::vector<std::uint16_t> hi(5000);
+    for (std::size_t r = 0; r < hi.size(); ++r) hi[r] = std::uint16_t(r);
+    auto const di = grid::device_indices<std::uint16_t, L>::from_host(l, hi);
+    index_t const j = 4242;
+    auto term = [&] { return Eb(gx::all, grid::indices(di)) + Ea(gx::all, gx::at(j)); };
+    grid::backward_options const atomic{grid::scatter_mode::atomic, {}};
+    calls.push_back({"backward_only of one founding term, sum (queued, 100 per wait)",
+                     host_us(l, reps, 100, [&] { grid::backward_only(l, gx::sum(term()), atomic); })});
+    calls.push_back({"the same: device time (events)",
+                     1e3 * time_ms(l, reps, [&] { grid::backward_only(l, gx::sum(term()), atomic); })});
+    calls.push_back({"backward_only of one founding term, square (queued, 100 per wait)",
+                     host_us(l, reps, 100, [&] { grid::backward_only(l, gx::sum(gx::square(term())), atomic); })});
+    calls.push_back({"the same: device time (events)",
+                     1e3 * time_ms(l, reps, [&] { grid::backward_only(l, gx::sum(gx::square(term())), atomic); })});
+    calls.push_back({"grid::value of one founding term, square",
+                     host_us(l, reps, 100, [&] { (void)grid::value(l, gx::sum(gx::square(term()))); })});
+  }
   std::printf("\n| call | us |\n| --- | ---: |\n");
   for (auto const& c : calls) std::printf("| %s | %.2f |\n", c.name, c.us);
 
