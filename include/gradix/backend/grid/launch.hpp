@@ -233,13 +233,6 @@ struct fused_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     run_members(c, std::index_sequence_for<W...>{});
   }
-  /// The launch's blocks: the end of the last range.
-  index_t blocks() const {
-    index_t n = 0;
-    for (std::size_t i = 0; i < sizeof...(W); ++i)
-      if (end_[i] > n) n = end_[i];
-    return n;
-  }
 };
 
 }  // namespace gradix::grid

@@ -300,6 +300,22 @@ struct update_block_kernel {
   }
 };
 
+namespace detail {
+/// Key r of a use: (the linear target position (strides kst) of the map at the r-th point over
+/// the axes in Key, r) for r < n, (max, r) for the padding.
+GRADIX_KERNEL_BODY
+template <std::uint64_t Key, class D, class M, std::size_t RT>
+GRADIX_HOST_DEVICE scatter_key use_key(D const& dom, M const& map, array<index_t, RT> const& kst, index_t n, index_t r) {
+  if (r >= n) return scatter_key{index_t(PTRDIFF_MAX), r};
+  coord<D::rank> d{};
+  unravel_mask(d, dom.extents(), Key, r);
+  auto const t = ev::map_value(map, d);
+  index_t key = 0;
+  for (std::size_t k = 0; k < RT; ++k) key += t[k] * kst[k];
+  return scatter_key{key, r};
+}
+}  // namespace detail
+
 /// keys_[r] = (the linear target position of the key components at key coordinate r, r) for
 /// r < n_, (max, r) for the padding up to m_.
 template <class D, class M, std::uint64_t Key, std::size_t RT>
@@ -314,19 +330,7 @@ struct use_keys_kernel {
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    constexpr std::size_t RD = D::rank;
-    auto const ext = dom_.extents();
-    for (index_t r = grid_first(c); r < m_; r += grid_step(c)) {
-      index_t key = index_t(PTRDIFF_MAX);
-      if (r < n_) {
-        coord<RD> d{};
-        detail::unravel_mask(d, ext, Key, r);
-        auto const t = ev::map_value(map_, d);
-        key = 0;
-        for (std::size_t k = 0; k < RT; ++k) key += t[k] * kst_[k];
-      }
-      keys_[r] = scatter_key{key, r};
-    }
+    for (index_t r = grid_first(c); r < m_; r += grid_step(c)) keys_[r] = detail::use_key<Key>(dom_, map_, kst_, n_, r);
   }
 };
 
@@ -348,21 +352,9 @@ struct use_sort_kernel {
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     if (c.block() != 0) return;  // (one block's work)
-    constexpr std::size_t RD = D::rank;
     scatter_key* const sh = c.template shared<scatter_key>();
     index_t const t = c.thread(), b = c.threads();
-    auto const ext = dom_.extents();
-    for (index_t r = t; r < m_; r += b) {
-      index_t key = index_t(PTRDIFF_MAX);
-      if (r < n_) {
-        coord<RD> d{};
-        detail::unravel_mask(d, ext, Key, r);
-        auto const tg = ev::map_value(map_, d);
-        key = 0;
-        for (std::size_t k = 0; k < RT; ++k) key += tg[k] * kst_[k];
-      }
-      sh[r] = scatter_key{key, r};
-    }
+    for (index_t r = t; r < m_; r += b) sh[r] = detail::use_key<Key>(dom_, map_, kst_, n_, r);
     c.sync();
     detail::bitonic_steps_in_shared(c, sh, m_, 0, 2, m_);
     for (index_t r = t; r < m_; r += b) keys_[r] = sh[r];
