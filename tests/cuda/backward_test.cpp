@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gx = gradix;
@@ -478,9 +479,11 @@ TEST_CASE("grid::backward: the uses of a plan share launches (one for the reserv
         grid::backward_only(l, gx::sum(dqb(gx::all, grid::indices(di)) + dqa(gx::all, gx::at(j))),
                             {mode::deterministic, {c.threads, c.max_blocks}});
         CHECK(l.launches() - l0 == 2);
+        // (a device_tensor of the same values: no kept order, so sorted at every call)
+        auto const dt = to_device(l, hidx);
         l0 = l.launches();
-        grid::backward_only(l, gx::sum(dsb(gx::all, grid::indices(di))), {mode::deterministic, {c.threads, c.max_blocks}});
-        CHECK(l.launches() - l0 == 1 + 3);  // the reservation, then keys, sort, segments
+        grid::backward_only(l, gx::sum(dsb(gx::all, grid::indices(dt))), {mode::deterministic, {c.threads, c.max_blocks}});
+        CHECK(l.launches() - l0 == 1 + 1 + 3);  // validation, the reservation, then keys, sort, segments
         check_bits(dsb.grad().download(), dqb.grad().download(), "deterministic: fused sort and unfused sort");
       }
 
@@ -529,5 +532,128 @@ TEST_CASE("grid::backward: the uses of a plan share launches (one for the reserv
       }
     }
     CHECK(l.live_allocations() == 0);
+  }
+}
+
+TEST_CASE("grid::backward: deterministic mode takes a device_indices vector's sorted order, kept from one call to the next") {
+  // A lookup that reads a whole device_indices vector sorts its values once per upload (in the
+  // vector's index_order), not at every call: later calls launch only the reservation and the
+  // update. The bits are those of a device_tensor of the same values, sorted at every call.
+  using T = double;
+  index_t const eb = 60;
+  auto const hb = gx::randn<T, gx::col_major>(gx::dims(4, eb), 201);
+  auto const ha = gx::randn<T, gx::col_major>(gx::dims(4, 20), 202);
+  index_t const j = 11;
+  // 6 values fit one sort tile (sorted in the reservation launch); 3000 do not (sorted by
+  // launches of their own)
+  for (index_t count : {index_t(6), index_t(3000)}) {
+    auto const ids = zipf(count, eb, std::uint64_t(300 + count));
+    auto ids2 = ids;  // a second upload: other values
+    std::reverse(ids2.begin(), ids2.end());
+    for (auto& v : ids2) v = std::int32_t((v * 7 + 3) % eb);
+    auto const hidx = index_tensor(ids), hidx2 = index_tensor(ids2);
+    std::vector<gx::tensor<T, dyn2, gx::col_major>> first;
+    for (config c : configs) {
+      INFO(count << " values; threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+      launcher l = make_launcher(c);
+      {
+        grid::backward_options const det{mode::deterministic, {c.threads, c.max_blocks}};
+        auto di = grid::device_indices<std::int32_t, launcher>::from_host(l, ids);
+        auto const dt = to_device(l, hidx);
+        CHECK(di.order_bytes() == 0);
+        // an atomic backward keeps nothing
+        {
+          auto dp = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          grid::backward_only(l, gx::sum(dp(gx::all, grid::indices(di))), {mode::atomic, {c.threads, c.max_blocks}});
+          CHECK(di.order_bytes() == 0);
+        }
+        auto kept = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+        auto kept_a = grid::param(to_device(l, ha), gx::sparse_grad<1>);
+        auto each = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+        auto each_a = grid::param(to_device(l, ha), gx::sparse_grad<1>);
+        auto term = [&](auto& p, auto& pa, auto const& idx) { return gx::sum(gx::square(p(gx::all, grid::indices(idx)) + pa(gx::all, gx::at(j)))); };
+        index_t l0 = l.launches();
+        grid::backward_only(l, term(kept, kept_a, di), det);
+        index_t const first_call = l.launches() - l0;
+        CHECK(di.order_bytes() >= std::size_t(count) * 16);
+        // 3000 values: keys, then 4096 keys sorted in tiles of 2048 (three launches: the tiles, the
+        // one step across tiles, the rest in tiles)
+        CHECK(first_call == (count <= 2048 ? 2 : 2 + 1 + 3));
+        for (int k = 0; k < 3; ++k) {
+          l0 = l.launches();
+          grid::backward_only(l, term(kept, kept_a, di), det);
+          CHECK(l.launches() - l0 == 2);  // the reservation and the update: no sort
+        }
+        for (int k = 0; k < 4; ++k) grid::backward_only(l, term(each, each_a, dt), det);
+        auto const got = kept.grad().download();
+        check_bits(each.grad().download(), got, "kept order against a sort at every call");
+        check_bits(each_a.grad().download(), kept_a.grad().download(), "the at(j) table beside it");
+        if (first.empty()) first.push_back(got);
+        else check_bits(first[0], got, "the same bits for every launch shape and block order");
+        auto hp = gx::param(hb, gx::sparse_grad<1>);
+        auto hpa = gx::param(ha, gx::sparse_grad<1>);
+        for (int k = 0; k < 4; ++k) gx::backward(gx::sum(gx::square(hp(gx::all, gx::indices(hidx)) + hpa(gx::all, gx::at(j)))));
+        check_close(hp.grad().to_dense(), got, 1e-12, "kept order against the host");
+
+        // a new upload makes the kept order stale: sorted again at the next call
+        di.upload(ids2.data(), index_t(ids2.size()));
+        auto const dt2 = to_device(l, hidx2);
+        grid::zero_grad(kept, kept_a, each, each_a);
+        l0 = l.launches();
+        grid::backward_only(l, term(kept, kept_a, di), det);
+        CHECK(l.launches() - l0 == first_call);
+        grid::backward_only(l, term(each, each_a, dt2), det);
+        check_bits(each.grad().download(), kept.grad().download(), "after an upload");
+
+        // two tables gathered by the one vector in one plan: sorted once, then kept
+        {
+          auto p1 = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto p2 = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto q1 = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto q2 = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto di3 = grid::device_indices<std::int32_t, launcher>::from_host(l, ids);
+          for (int k = 0; k < 2; ++k) {
+            l0 = l.launches();
+            grid::backward_only(l, gx::sum(p1(gx::all, grid::indices(di3)) * p2(gx::all, grid::indices(di3))), det);
+            if (k == 1) CHECK(l.launches() - l0 == 2);
+            grid::backward_only(l, gx::sum(q1(gx::all, grid::indices(dt)) * q2(gx::all, grid::indices(dt))), det);
+          }
+          check_bits(q1.grad().download(), p1.grad().download(), "two tables, one vector: the first");
+          check_bits(q2.grad().download(), p2.grad().download(), "two tables, one vector: the second");
+        }
+
+        // a slice of the gathered values reads part of the vector, in another order: not the
+        // kept order (sorted at every call; the same bits as a device_tensor's)
+        {
+          auto p = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto q = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          for (int k = 0; k < 2; ++k) {
+            l0 = l.launches();
+            grid::backward_only(l, gx::sum(gx::index(p(gx::all, grid::indices(di)), gx::all, gx::range(1, count - 1, 2))), det);
+            CHECK(l.launches() - l0 == 1 + 3);  // reservation, keys, sort (at most 1499 keys: one tile), segments
+            grid::backward_only(l, gx::sum(gx::index(q(gx::all, grid::indices(dt2)), gx::all, gx::range(1, count - 1, 2))), det);
+          }
+          check_bits(q.grad().download(), p.grad().download(), "a slice of the gathered values");
+        }
+
+        // another host thread does not use the kept order (its stream may not be the owner's):
+        // it sorts at every call, with the same bits
+        {
+          auto p = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          auto q = grid::param(to_device(l, hb), gx::sparse_grad<1>);
+          index_t in_thread = 0;
+          std::thread th([&] {
+            index_t const t0 = l.launches();
+            grid::backward_only(l, gx::sum(p(gx::all, grid::indices(di))), det);
+            in_thread = l.launches() - t0;
+          });
+          th.join();
+          CHECK(in_thread == (count <= 2048 ? 1 + 3 : 1 + 1 + 3 + 1));  // reservation, keys, sort (1 or 3), segments
+          grid::backward_only(l, gx::sum(q(gx::all, grid::indices(di))), det);
+          check_bits(p.grad().download(), q.grad().download(), "another thread");
+        }
+      }
+      CHECK(l.live_allocations() == 0);
+    }
   }
 }

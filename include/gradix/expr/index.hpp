@@ -65,9 +65,17 @@ struct index_bounds {
   /// Whether every value is a valid position along an axis of this extent.
   constexpr bool within(index_t extent) const { return hi < lo || (lo >= 0 && hi < static_cast<long long>(extent)); }
 };
+}  // namespace gradix
+namespace gradix::grid {
+class index_order;  // backend/grid/memory.hpp
+}  // namespace gradix::grid
+namespace gradix {
+/// `order_` (host memory, never read on the device): where a grid::device_indices keeps its
+/// values' sorted order for the deterministic backward, made once per upload (memory.hpp).
 template <class I>
 struct device_index_vec : index_vec<I> {
   index_bounds const* bounds_ = nullptr;
+  grid::index_order* order_ = nullptr;
 };
 /// start, start + step, ... (`size_` values); an affine map.
 struct index_range {

@@ -273,11 +273,20 @@ void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
     ::gradix::detail::busy_lock<device_plan_uses_v<Plan>> lock(op);
     lock_targets(lock, p);
     auto const us = plan_uses(p);
-    if constexpr ([]<class... U>(tuple<U...> const*) { return fuse_uses_v<U...>; }(static_cast<decltype(us) const*>(nullptr))) {
-      run_fused_uses(l, us, o);
-    } else {
-      for_each_element(us, [&](auto const& u) { prepare(l, u, o.launch); });
-      for_each_element(us, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+    try {
+      if constexpr ([]<class... U>(tuple<U...> const*) { return fuse_uses_v<U...>; }(static_cast<decltype(us) const*>(nullptr))) {
+        run_fused_uses(l, us, o);
+      } else {
+        for_each_element(us, [&](auto const& u) { prepare(l, u, o.launch); });
+        for_each_element(us, [&](auto const& u) { run(l, u, o.mode, o.launch); });
+      }
+    } catch (...) {
+      // an index vector's kept order marked made before its sort was launched is not
+      if (o.mode == scatter_mode::deterministic)
+        for_each_element(us, [&](auto const& u) {
+          if (index_order* const q = order_of(u)) q->stale();
+        });
+      throw;
     }
   }
 }

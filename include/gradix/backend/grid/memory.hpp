@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -110,6 +112,87 @@ class device_tensor {
   Shape shape_;
 };
 
+/// The sorted order of an index vector's values that a device_indices keeps for the
+/// deterministic backward (update.hpp): the keys (value, position) of its n values sorted by
+/// value, then position, in device memory of the vector's launcher. A deterministic backward
+/// whose lookup reads the whole vector sorts them once, here, and reuses them until the next
+/// upload, instead of sorting at every call. Only one host thread, the first to ask, with the
+/// vector's own launcher, uses them (so the sort is in that thread's stream before every read
+/// of it); other threads and launchers sort their own keys at every call, as before.
+class index_order {
+ public:
+  index_order() = default;
+  index_order(index_order const&) = delete;
+  index_order& operator=(index_order const&) = delete;
+  virtual ~index_order() = default;
+
+  /// Device memory of at least `bytes` for the keys, for launcher l in the calling thread, or
+  /// nullptr when another launcher or thread owns them. *made: whether the keys there are
+  /// made (since the last upload); if not, the caller makes them there and calls made().
+  void* keys_for(void const* l, std::size_t bytes, bool* made) {
+    std::lock_guard<std::mutex> g(m_);
+    if (l != launcher_) return nullptr;
+    if (owner_ == std::thread::id{}) owner_ = std::this_thread::get_id();
+    else if (owner_ != std::this_thread::get_id()) return nullptr;
+    if (bytes_ < bytes) {
+      void* const p = allocate(bytes);  // (throws: nothing changed)
+      if (p_) deallocate(p_);
+      p_ = p;
+      bytes_ = bytes;
+      made_ = false;
+    }
+    *made = made_;
+    return p_;
+  }
+  /// The keys at keys_for's memory are made (enqueued in the owner's stream).
+  void made() {
+    std::lock_guard<std::mutex> g(m_);
+    made_ = true;
+  }
+  /// The values changed: the keys must be made again.
+  void stale() {
+    std::lock_guard<std::mutex> g(m_);
+    made_ = false;
+  }
+  /// Bytes of device memory held for the keys (0 until a deterministic backward asks).
+  std::size_t bytes() const {
+    std::lock_guard<std::mutex> g(m_);
+    return bytes_;
+  }
+
+ protected:
+  explicit index_order(void const* l) : launcher_(l) {}
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  /// (For the derived class's destructor.)
+  void release() {
+    if (p_) deallocate(p_);
+    p_ = nullptr;
+  }
+
+ private:
+  mutable std::mutex m_;
+  void const* launcher_ = nullptr;
+  std::thread::id owner_{};
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool made_ = false;
+};
+
+namespace detail {
+template <class L>
+class index_order_on final : public index_order {
+ public:
+  explicit index_order_on(L& l) : index_order(&l), l_(&l) {}
+  ~index_order_on() override { release(); }
+
+ private:
+  void* allocate(std::size_t bytes) override { return l_->allocate(bytes); }
+  void deallocate(void* p) override { l_->deallocate(p); }
+  L* l_;
+};
+}  // namespace detail
+
 /// Index values in device memory whose bounds the host knows: the values come only from the
 /// host (from_host, upload), which records their smallest and largest value as it copies them,
 /// and the class gives no writable access to the device memory. A gather by
@@ -117,6 +200,11 @@ class device_tensor {
 /// validation kernel and no wait for the device (grid::scatter_add_rows takes one too); only
 /// when a bound is out of range does the validation kernel run, to name the first bad
 /// position as usual. (grid::indices(device_indices) is in param.hpp.)
+///
+/// In a deterministic backward (grid::backward_options), a lookup that reads the whole vector
+/// (`E(all, grid::indices(i))`, not a slice of it) takes its values' sorted order from here:
+/// sorted on the device at the first such call after an upload, then kept (16 bytes per
+/// value, `order_bytes()`), so later calls launch no sort. See index_order for threads.
 template <class I, class L>
 class device_indices {
   static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>,
@@ -126,7 +214,8 @@ class device_indices {
   using value_type = I;
   using launcher_type = L;
   /// A device copy of the n values at host (in l's order).
-  device_indices(L& l, I const* host, index_t n) : t_(l, dims(n)), b_(std::make_unique<index_bounds>()) {
+  device_indices(L& l, I const* host, index_t n)
+      : t_(l, dims(n)), b_(std::make_unique<index_bounds>()), o_(std::make_unique<detail::index_order_on<L>>(l)) {
     upload(host, n);
   }
   template <class S, class Layout>
@@ -153,6 +242,7 @@ class device_indices {
     if (n > 0) t_.launcher().copy_to_device(t_.data(), host, std::size_t(n) * sizeof(I));
     b_->lo = lo;
     b_->hi = hi;
+    o_->stale();
   }
   index_t size() const { return t_.size(); }
   /// The smallest and largest value (0 and -1 when empty).
@@ -164,6 +254,13 @@ class device_indices {
     held("bounds");
     return *b_;
   }
+  /// Where the sorted order of the values is kept (same address for the object's life).
+  index_order& order() const {
+    held("order");
+    return *o_;
+  }
+  /// Device memory held for the sorted order (0 until a deterministic backward needs it).
+  std::size_t order_bytes() const { return order().bytes(); }
   tensor_view<I const, shape<dyn>, row_major, cuda_space> cview() const { return t_.cview(); }
   L& launcher() const { return t_.launcher(); }
 
@@ -173,6 +270,7 @@ class device_indices {
   }
   device_tensor<I, shape<dyn>, L> t_;
   std::unique_ptr<index_bounds> b_;
+  std::unique_ptr<index_order> o_;
 };
 
 /// device_tensor for a shape value: `grid::make_device_tensor<float>(l, dims(n, fix<4>))`.

@@ -104,6 +104,7 @@ template <class I, class L>
 auto indices(device_indices<I, L> const& t) {
   auto r = ::gradix::indices(t.cview());
   r.bounds_ = &t.bounds();  // read when the expression runs: later uploads are seen
+  r.order_ = &t.order();
   return r;
 }
 /// (The expression would outlive the index vector.)

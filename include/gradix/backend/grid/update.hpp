@@ -728,6 +728,69 @@ struct use_work {
   }
 };
 
+/// Whether axis expression Ax reads a whole device_index_vec at d[J] itself (up to the
+/// shift and scale that the lookup's value gets; the inner d[J] is checked at run time).
+template <class Ax, std::size_t J>
+struct reads_index_at : std::false_type {};
+template <class I, std::size_t J>
+struct reads_index_at<ad::ax_lookup<ad::ax_dom<J>, device_index_vec<I>>, J> : std::true_type {};
+
+/// The target component through which a use's keys can take their order from its index
+/// vector (grid::index_order), or -1: the use has one key axis J, and among the key
+/// components one reads a device index vector at d[J]; the others are constants. The keys of
+/// such a use, sorted by (target, key coordinate), are then in the order of the vector's
+/// values sorted by (value, position), and two keys share a target exactly when the values
+/// are equal (a key's target is off + scale * value times a positive stride, plus constants).
+template <class M, std::uint64_t KeyComps, std::uint64_t Key>
+struct order_component {
+  static constexpr int value = -1;
+};
+template <class... Ax, std::uint64_t KC, std::uint64_t Key>
+  requires(Key != 0 && (Key & (Key - 1)) == 0)
+struct order_component<tuple<Ax...>, KC, Key> {
+  static constexpr std::size_t J = std::size_t(__builtin_ctzll(Key));
+  static constexpr int value = [] {
+    int found = -1, k = 0;
+    bool ok = true;
+    auto one = [&](bool key_comp, bool constant, bool lookup) {
+      if (key_comp && !constant) {
+        if (lookup && found < 0) found = k;
+        else ok = false;
+      }
+      ++k;
+    };
+    (one(((KC >> k) & 1) != 0, std::is_same_v<Ax, ad::ax_const>, reads_index_at<Ax, J>::value), ...);
+    return ok ? found : -1;
+  }();
+};
+
+/// The index order that use u's keys can come from (order_component), or nullptr: also the
+/// lookup must read the vector as a whole, position d[J] at key coordinate d[J], with a
+/// nonzero scale.
+template <class Use>
+index_order* order_of(Use const& u) {
+  using A = use_axes<Use>;
+  constexpr int C = order_component<typename Use::map_type, A::key_components, A::key>::value;
+  if constexpr (C < 0) {
+    return nullptr;
+  } else {
+    constexpr std::size_t J = std::size_t(__builtin_ctzll(A::key));
+    auto const& a = get<std::size_t(C)>(u.map_);
+    bool const whole = a.scale_ != 0 && a.inner_.off_ == 0 && a.inner_.scale_ == 1 && a.idx_.stride_ == 1 &&
+                       u.dom_.extents()[J] == a.idx_.size_;
+    return whole ? a.idx_.order_ : nullptr;
+  }
+}
+
+/// The keys of use u (m of them, padded) from its index vector's kept order, or nullptr
+/// (order_of; another thread's or launcher's order). *made: whether they are made already.
+template <class L, class Use>
+scatter_key* kept_keys(L& l, Use const& u, index_t m, bool* made) {
+  index_order* const o = order_of(u);
+  if (!o) return nullptr;
+  return static_cast<scatter_key*>(o->keys_for(&l, std::size_t(m) * sizeof(scatter_key), made));
+}
+
 /// The update of use u, chosen as run() describes, with u's storage as it is now (after its
 /// reservation). In deterministic mode a lookup's keys are made and sorted here, into
 /// `keys`, which must outlive the launch of the work.
@@ -765,14 +828,26 @@ use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<s
     for (std::size_t k = 0; k < RT; ++k)
       if (!((A::key_components >> k) & 1)) kst[k] = 0;
     index_t const m = key_count(w.n_keys_);
-    if (!presorted) {  // (else sort_work made and sorted them in the reservation launch)
-      keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
-      scatter_key* const kp = keys->template as<scatter_key>();
+    auto sort_into = [&](scatter_key* kp) {
       l.launch(shape_for(m, o, l.max_threads()),
                use_keys_kernel<typename W::D, typename W::M, A::key, RT>{u.dom_, u.map_, kst, w.n_keys_, m, kp});
       bitonic_sort(l, kp, m, o);
+    };
+    bool made = false;
+    if (scatter_key* const kp = kept_keys(l, u, m, &made)) {
+      // the index vector's kept order (made here once per upload, unless make_sort made it)
+      if (!made) {
+        sort_into(kp);
+        order_of(u)->made();
+      }
+      w.keys_ = kp;
+    } else {
+      if (!presorted) {  // (else make_sort made and sorted them in the reservation launch)
+        keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+        sort_into(keys->template as<scatter_key>());
+      }
+      w.keys_ = keys->template as<scatter_key>();
     }
-    w.keys_ = keys->template as<scatter_key>();
     w.kind_ = long_proj ? store_kind::segment_block : store_kind::segment;
   }
   return w;
@@ -824,9 +899,19 @@ ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr
     kst = contiguous_strides<row_major>(g.shape().extents());
     for (std::size_t k = 0; k < RT; ++k)
       if (!((A::key_components >> k) & 1)) kst[k] = 0;
-    keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+    bool made = false;
+    if (scatter_key* const kp = kept_keys(l, u, m, &made)) {
+      // the index vector's kept order: nothing to sort when made; else made here (marked
+      // made now, so that another use of the vector in this launch does not sort it too;
+      // run_device_plan marks it stale again if a launch fails)
+      if (made) return r;
+      order_of(u)->made();
+      r.k.keys_ = kp;
+    } else {
+      keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+      r.k.keys_ = keys->template as<scatter_key>();
+    }
     r.k.kst_ = kst;
-    r.k.keys_ = keys->template as<scatter_key>();
     r.active = true;
     r.shared = std::size_t(m) * sizeof(scatter_key);
     return r;
