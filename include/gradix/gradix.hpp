@@ -3,6 +3,7 @@
 /// gradix: a header-only C++20 tensor DSL whose expressions are types (host umbrella).
 
 #include "gradix/config.hpp"
+#include "gradix/version.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/core/dtype.hpp"
 #include "gradix/core/error.hpp"
