@@ -4,6 +4,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/version.hpp"
+#include "gradix/interop/span.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/core/dtype.hpp"
 #include "gradix/core/error.hpp"

@@ -120,3 +120,17 @@ TEST_CASE("dlpack: mismatches are errors that name the field, the value and what
   }
   CHECK(freed == 2);
 }
+
+TEST_CASE("dlpack: device memory is kDLCUDA with its device id, both ways") {
+  // (addresses only: nothing here reads device memory)
+  alignas(16) static float fake[8];
+  auto dv = gx::view<gx::row_major, gx::cuda_space>(fake, gx::dims(2, 4));
+  dl::DLManagedTensor* m = gx::to_dlpack(dv, 1);
+  CHECK(m->dl_tensor.device.device_type == dl::kDLCUDA);
+  CHECK(m->dl_tensor.device.device_id == 1);
+  auto back = gx::from_dlpack<float, gx::shape<2, 4>, gx::cuda_space>(m->dl_tensor);
+  CHECK(back.data() == fake);
+  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<2, 4>>(m->dl_tensor); }) ==
+        "gradix::from_dlpack: the tensor is on device type 2, the view in host_space (kDLCPU or kDLCUDAHost)");
+  m->deleter(m);
+}
