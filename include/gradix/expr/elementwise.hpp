@@ -110,7 +110,7 @@ inline constexpr bool op_needs_floating_v = [] {
   else return false;
 }();
 
-/// ::value is true unless Op needs floating point and T is not (then the static_assert in
+/// Its member `value` is true unless Op needs floating point and T is not (then the static_assert in
 /// needs_floating_point fires, once). A type, not a function: clang treats a constexpr
 /// function whose body failed a static_assert as non-constant, which cascades.
 template <class Op, class T>
