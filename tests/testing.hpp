@@ -12,6 +12,17 @@
 
 namespace gradix::testing {
 
+/// The message of the gradix::error that f throws ("" when it throws nothing).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (error const& e) {
+    return e.what();
+  }
+  return "";
+}
+
 /// Compares a and b (same shape) elementwise with |a - b| <= atol + rtol |b|; on failure the
 /// message names the first bad coordinate and both values.
 template <class A, class B>

@@ -5,6 +5,8 @@
 #include <gradix/gradix.hpp>
 #include <gradix/interop/dlpack.hpp>
 
+#include "testing.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -15,14 +17,7 @@ namespace dl = gradix::dlpack;
 using gx::dyn;
 
 namespace {
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (gx::error const& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using gx::testing::error_of;
 int freed = 0;
 void count_free(dl::DLManagedTensor*) { ++freed; }
 }  // namespace
@@ -86,31 +81,31 @@ TEST_CASE("dlpack: mismatches are errors that name the field, the value and what
   float data[6] = {};
   std::int64_t shape[2] = {2, 3};
   dl::DLTensor t{data, {dl::kDLCPU, 0}, 2, {dl::kDLFloat, 32, 1}, shape, nullptr, 0};
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn>>(t); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn>>(t); }) ==
         "gradix::from_dlpack: the tensor has rank 2, the view rank 1");
-  CHECK(message_of([&] { (void)gx::from_dlpack<double, gx::shape<dyn, dyn>>(t); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<double, gx::shape<dyn, dyn>>(t); }) ==
         "gradix::from_dlpack: the elements are float32 x 1 lanes, the view's float64");
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, 4>>(t); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, 4>>(t); }) ==
         "gradix::from_dlpack: axis 1 has extent 3, the view's static extent is 4");
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>, gx::cuda_space>(t); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>, gx::cuda_space>(t); }) ==
         "gradix::from_dlpack: the tensor is on device type 1, the view in cuda_space (kDLCUDA or kDLCUDAManaged)");
   dl::DLTensor dev = t;
   dev.device = {dl::kDLCUDA, 0};
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(dev); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(dev); }) ==
         "gradix::from_dlpack: the tensor is on device type 2, the view in host_space (kDLCPU or kDLCUDAHost)");
   dl::DLTensor odd = t;
   odd.byte_offset = 2;
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(odd); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(odd); }) ==
         "gradix::from_dlpack: byte_offset 2 is not a multiple of the element size 4");
   dl::DLTensor vec = t;
   vec.dtype.lanes = 4;
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(vec); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn, dyn>>(vec); }) ==
         "gradix::from_dlpack: the elements are float32 x 4 lanes, the view's float32");
 
   // an owning import that does not fit gives the producer's memory back at once, once
   freed = 0;
   dl::DLManagedTensor m{t, nullptr, &count_free};
-  CHECK(message_of([&] { (void)gx::dlpack_import<float, gx::shape<dyn>>(&m); }) ==
+  CHECK(error_of([&] { (void)gx::dlpack_import<float, gx::shape<dyn>>(&m); }) ==
         "gradix::from_dlpack: the tensor has rank 2, the view rank 1");
   CHECK(freed == 1);
   {
@@ -130,7 +125,7 @@ TEST_CASE("dlpack: device memory is kDLCUDA with its device id, both ways") {
   CHECK(m->dl_tensor.device.device_id == 1);
   auto back = gx::from_dlpack<float, gx::shape<2, 4>, gx::cuda_space>(m->dl_tensor);
   CHECK(back.data() == fake);
-  CHECK(message_of([&] { (void)gx::from_dlpack<float, gx::shape<2, 4>>(m->dl_tensor); }) ==
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<2, 4>>(m->dl_tensor); }) ==
         "gradix::from_dlpack: the tensor is on device type 2, the view in host_space (kDLCPU or kDLCUDAHost)");
   m->deleter(m);
 }

@@ -25,16 +25,7 @@ struct thread_count_guard {
   ~thread_count_guard() { gx::set_num_threads(saved); }
 };
 
-/// The message of the gradix::error that f throws ("" when it throws nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (gx::error const& e) {
-    return e.what();
-  }
-  return "";
-}
+using gx::testing::error_of;
 bool contains(std::string const& s, std::string const& part) {
   return s.find(part) != std::string::npos;
 }
