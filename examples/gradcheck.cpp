@@ -9,6 +9,7 @@
 namespace gx = gradix;
 
 int main() {
+  // doc-snippet: small
   // Embeddings (8 x 10, columns gathered, sparse along axis 1), a 3 x 8 weight, a bias of 3.
   auto E = gx::param(gx::randn<float>(gx::dims(8, 10), /*seed=*/1), gx::sparse_grad<1>);
   auto W = gx::param(gx::randn<float>(gx::dims(3, 8), /*seed=*/2, 0.0f, 0.5f));
@@ -26,6 +27,7 @@ int main() {
 
   auto r = gx::gradcheck(loss, E, W, b);  // 80 + 24 + 3 elements: checked one by one
   std::cout << r << "\n";
+  // end doc-snippet
 
   // A large table: the fast mode compares (f(x + hv) - f(x - hv)) / 2h with <grad f, v> for a
   // few seeded random directions v (automatic beyond max_elements elements, or asked for).

@@ -1,4 +1,4 @@
-// The README's 10-line example (kept in sync with README.md by tools/check_readme.py).
+// The README's 10-line example (README.md shows it; tests/docs/docs_sync.py checks they agree).
 #include <gradix/gradix.hpp>
 #include <iostream>
 namespace gx = gradix;

@@ -65,11 +65,13 @@ int main(int argc, char** argv) {
   float const reg = 0.04f;  // L2 on the rows a batch reads
 
   // a batch's predictions, from index vectors us and is (views of the data's slices)
+  // doc-snippet: predict
   auto predict = [&](auto const& us, auto const& is) {
     auto pu = gx::gather<0>(P, us);
     auto qi = gx::gather<0>(Q, is);
     return gx::sum<1>(pu * qi) + gx::gather<0>(bu, us) + gx::gather<0>(bi, is) + m;
   };
+  // end doc-snippet
   auto rmse = [&](index_t from, index_t to) {
     std::vector<std::int32_t> us(users.begin() + from, users.begin() + to), is(items.begin() + from, items.begin() + to);
     gx::tensor<float, gx::shape<dyn>> r(gx::dims(to - from));
@@ -102,12 +104,14 @@ int main(int argc, char** argv) {
         is[std::size_t(j - a)] = items[std::size_t(n)];
         r(j - a) = ratings[std::size_t(n)];
       }
+      // doc-snippet: step
       auto d = predict(us, is) - r;
       auto pu = gx::gather<0>(P, us);
       auto qi = gx::gather<0>(Q, is);
       opt.zero_grad();
       float loss = gx::backward(gx::mean(d * d) + reg * (gx::mean(gx::sum<1>(pu * pu)) + gx::mean(gx::sum<1>(qi * qi))));
       opt.step();
+      // end doc-snippet
       progress.step(e, s, double(loss), long(b - a));
     }
     test = rmse(n_train, N);

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   make_blobs(200, 1, x, y);   // training set: 600 points
   make_blobs(100, 2, xt, yt);  // held out: 300 points
 
+  // doc-snippet: train
   auto W = gx::param(gx::tensor<float, gx::shape<D, C>>{});
   auto b = gx::param(gx::tensor<float, gx::shape<1, C>>{});
   gx::init::xavier_uniform(W, 3);
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
     opt.step();
     if (s == 1 || s % 50 == 0) std::printf("step %4d  loss %.4f\n", s, double(loss));
   }
+  // end doc-snippet
   float const acc = gx::value(gx::mean(gx::cast<float>(gx::argmax<1>(logits(xt)) == yt)));
   std::printf("held-out accuracy %.1f%% (majority class 33.3%%)\n", 100.0 * acc);
   return acc > 0.9f ? 0 : 1;

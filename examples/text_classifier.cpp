@@ -147,7 +147,9 @@ int main(int argc, char** argv) {
       labels(index_t(k - a)) = d.label;
     }
   };
+  // doc-snippet: logits
   auto logits = [&] { return gx::matmul(gx::embedding_bag(E, words, offsets, gx::bag_mode::mean), W) + b; };
+  // end doc-snippet
   auto accuracy = [&](std::vector<doc> const& ds) {
     std::vector<std::size_t> all(ds.size());
     for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
@@ -165,9 +167,11 @@ int main(int argc, char** argv) {
     for (long s = 0; s < steps; ++s) {
       std::size_t const a = std::size_t(s) * std::size_t(B), e = std::min(train.size(), a + std::size_t(B));
       gather_batch(train, order, a, e);
+      // doc-snippet: step
       opt.zero_grad();
       float loss = gx::backward(gx::cross_entropy(logits(), labels));
       opt.step();
+      // end doc-snippet
       progress.step(ep, s, double(loss), long(e - a));
     }
     acc = accuracy(test);

@@ -210,11 +210,13 @@ int main(int argc, char** argv) {
         }
       double const progress_frac = (double(ep - 1) * double(steps) + double(s)) / (double(epochs) * double(steps));
       opt.options().lr = lr0 * std::max(1e-4, 1.0 - progress_frac) * double(nb);  // the loss is a mean
+      // doc-snippet: step
       auto pos = gx::sum<1>(gx::gather<0>(Win, c) * gx::gather<0>(Wout, o));
       auto neg = gx::sum<1>(gx::gather<0>(Win, cn) * gx::gather<0>(Wout, n));
       opt.zero_grad();
       float loss = gx::backward(-(gx::sum(gx::log_sigmoid(pos)) + gx::sum(gx::log_sigmoid(-neg))) / float(nb));
       opt.step();
+      // end doc-snippet
       if (first_loss < 0) first_loss = loss;
       loss_sum += loss;
       ++loss_n;

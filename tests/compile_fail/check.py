@@ -20,6 +20,13 @@ CASE.cpp holds its bad line under `#ifdef GRADIX_SHOULD_FAIL`, right below one o
      (default 30; gradix's messages take 8-12 lines with g++ 12 and 12-21 with clang 16).
 
 With --run EXE, EXE (the case built without the macro) must also run and exit with 0.
+
+With --doc FILE (docs/compile_errors.md; repeatable), a block of FILE marked
+`<!-- compile_fail: CASE g++ -->` (or clang++, the compiler in use) must equal the
+compiler's diagnostic lines as doc_text() writes them: paths relative to --root, no line
+and column inside gradix's headers (they move with every edit there), no quoted source
+lines or include chains. With GRADIX_UPDATE_DOCS=1 in the environment the check writes the
+block instead (run the suite with --num-processes 1 then).
 On failure the script prints the reasons, the command and the whole compiler output.
 """
 
@@ -122,12 +129,77 @@ def check(case, expects, marked, out, max_errors, max_lines):
     return reasons, len(errors), len(lines)
 
 
+def compiler_family(cmd):
+    r = subprocess.run(cmd[:1] + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, errors="replace")
+    return "clang++" if "clang" in r.stdout else "g++"
+
+
+def doc_text(out, root):
+    """The diagnostics as docs/compile_errors.md shows them."""
+    keep = []
+    for l in out.splitlines():
+        if l.startswith("In file included from ") or l.lstrip().startswith("from "):
+            continue
+        m = LOCATED.match(l) or HEADER.match(l)
+        if not m:
+            if ERROR.match(l):
+                keep.append(l)
+            continue
+        path = os.path.relpath(os.path.abspath(m.group("file")), root)
+        if path.startswith("include" + os.sep):
+            where = path
+        elif "line" in m.groupdict() and m.group("line"):
+            where = f"{path}:{m.group('line')}:{m.group('col')}"
+        else:
+            where = path
+        keep.append(f"{where}: {m.group('rest')}")
+    return "\n".join(keep) + "\n"
+
+
+def doc_block(doc, name, family):
+    """(lines of doc, index of the block's first line, index of its closing fence) or None."""
+    lines = open(doc, encoding="utf-8").read().split("\n")
+    marker = f"<!-- compile_fail: {name} {family} -->"
+    for i, l in enumerate(lines):
+        if l.strip() == marker and i + 1 < len(lines) and lines[i + 1].startswith("```"):
+            for j in range(i + 2, len(lines)):
+                if lines[j].rstrip() == "```":
+                    return lines, i + 2, j
+    return None
+
+
+def check_doc(doc, root, case, family, out):
+    """Returns a reason string if the doc's block for this case disagrees, else None."""
+    name = os.path.splitext(os.path.basename(case))[0]
+    found = doc_block(doc, name, family)
+    if found is None:
+        return None
+    lines, b, e = found
+    want = doc_text(out, root)
+    have = "\n".join(lines[b:e]) + "\n"
+    if have == want:
+        return None
+    if os.environ.get("GRADIX_UPDATE_DOCS") == "1":
+        lines[b:e] = want.rstrip("\n").split("\n")
+        with open(doc, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+        print(f"updated the {family} block of {name} in {doc}")
+        return None
+    return (f"{os.path.basename(doc)}'s {family} block for {name} differs from what the "
+            f"compiler prints now (update: GRADIX_UPDATE_DOCS=1 meson test --suite "
+            f"compile_fail --num-processes 1); it should read:\n{want}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("case")
     ap.add_argument("--run", help="the case built without GRADIX_SHOULD_FAIL; must exit 0")
     ap.add_argument("--max-errors", type=int, default=1)
     ap.add_argument("--max-lines", type=int, default=30)
+    ap.add_argument("--doc", action="append", default=[],
+                    help="a doc (docs/compile_errors.md) whose block for this case must match")
+    ap.add_argument("--root", help="the source root (paths in --doc are relative to it)")
     argv = sys.argv[1:]
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         ap.error("no compiler command after --")
@@ -158,6 +230,11 @@ def main():
         reasons, n_err, n_lines = ["the case compiled, but it must fail"], 0, len(out.splitlines())
     else:
         reasons, n_err, n_lines = check(a.case, expects, marked, out, a.max_errors, a.max_lines)
+        family = compiler_family(cmd) if a.doc else None
+        for doc in a.doc:
+            why = check_doc(doc, a.root or os.getcwd(), a.case, family, out)
+            if why:
+                reasons.append(why)
 
     summary = f"{name}:{marked}: {n_err} error line(s), {n_lines} line(s) of diagnostics"
     if reasons:

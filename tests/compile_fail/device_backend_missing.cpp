@@ -12,7 +12,9 @@ int main() {
 #ifdef GRADIX_SHOULD_FAIL
   auto da = gx::view<gx::row_major, gx::cuda_space>(a, gx::shape<4>{});
   // expect: gradix: this expression reads CUDA device memory; include <gradix/device.hpp>
+  // doc-snippet: bad
   auto bad = gx::eval(da * 2.0f);
+  // end doc-snippet
   (void)bad;
 #endif
   return r(3) == 8 ? 0 : 1;

@@ -13,7 +13,9 @@ int main() {
 #ifdef GRADIX_SHOULD_FAIL
   std::vector<float> fidx{2, 0};
   // expect: gradix::indices: index values must be integers
+  // doc-snippet: bad
   auto bad = gx::eval(gx::gather<0>(m, gx::indices(fidx)));
+  // end doc-snippet
   (void)bad;
 #endif
   return r(0, 1) == 9 && r(1, 1) == 1 ? 0 : 1;

@@ -13,7 +13,9 @@ int main() {
   std::vector<float> v{1, 2};
   // expect: gradix::exp:
   // expect: not a gradix expression
+  // doc-snippet: bad
   auto bad = gx::exp(v);
+  // end doc-snippet
   (void)bad;
 #endif
   return r(1) == 1 ? 0 : 1;

@@ -10,7 +10,9 @@ int main() {
 #ifdef GRADIX_SHOULD_FAIL
   // expect: gradix: a reduction axis is out of range for the operand's rank
   // expect: reduction_axis_out_of_range<2, 2>
+  // doc-snippet: bad
   auto bad = gx::eval(gx::sum<2>(m));
+  // end doc-snippet
   (void)bad;
 #endif
   return r(2) == 8 + 9 + 10 + 11 ? 0 : 1;

@@ -12,7 +12,9 @@ int main() {
   gx::tensor<float, gx::shape<5>> v{};
   // expect: gradix: the static shapes of this elementwise operation do not broadcast
   // expect: static_shapes_do_not_broadcast<gradix::op::add, gradix::shape<3, 4>, gradix::shape<5>
+  // doc-snippet: bad
   auto bad = gx::eval(m + v);
+  // end doc-snippet
   (void)bad;
 #endif
   return r(2, 3) == 11 + 40 ? 0 : 1;

@@ -9,7 +9,9 @@ int main() {
   auto r = gx::eval(gx::exp(z));
 #ifdef GRADIX_SHOULD_FAIL
   // expect: gradix: a temporary tensor cannot be used in an expression
+  // doc-snippet: bad
   auto bad = gx::exp(gx::zeros<float>(gx::dims(3)));
+  // end doc-snippet
   (void)bad;
 #endif
   return r(2) == 1 ? 0 : 1;

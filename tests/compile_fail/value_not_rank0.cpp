@@ -9,7 +9,9 @@ int main() {
   float total = gx::value(gx::sum(m));
 #ifdef GRADIX_SHOULD_FAIL
   // expect: gradix::value: the expression is not rank 0
+  // doc-snippet: bad
   float bad = gx::value(m * 2.0f);
+  // end doc-snippet
   (void)bad;
 #endif
   return total == 66 ? 0 : 1;

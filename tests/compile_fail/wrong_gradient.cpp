@@ -34,7 +34,9 @@ GRADIX_STATIC_GRADCHECK(ok);
 constexpr auto wrong = gx::gradcheck([](auto const& a) { return gx::sum(gx::unary<square_wrong>(a)); }, x);
 // expect: gradix::gradcheck failed
 // expect: == 6.0000000
+// doc-snippet: bad
 GRADIX_STATIC_GRADCHECK(wrong);
+// end doc-snippet
 #endif
 }  // namespace
 

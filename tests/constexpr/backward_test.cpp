@@ -29,12 +29,15 @@ constexpr t23 grad_elementwise() {
                    gx::max(a, 2.25) + gx::square(gx::min(a, 1.25)));
   return gx::grad(e, a).to_dense();
 }
-// A sum of squares: the gradient is exactly 2a.
-constexpr t23 grad_square() {
-  auto a = gx::param(a0);
+// A sum of squares: the gradient is exactly 2a (docs/ad.md shows this region).
+// doc-snippet: grad_square
+constexpr gx::tensor<double, gx::shape<2, 3>> grad_square() {
+  auto a = gx::param(gx::tensor<double, gx::shape<2, 3>>{0.5, 1, 1.5, 2, 2.5, 3});
   return gx::grad(gx::sum(a * a), a).to_dense();
 }
-static_assert(grad_square()(1, 2) == 6 && grad_square()(0, 0) == 1);
+static_assert(grad_square()(1, 2) == 6);
+// end doc-snippet
+static_assert(grad_square()(0, 0) == 1);
 
 // Gather with repeated indices into sparse storage, at(j), a range with a step.
 constexpr t43 grad_index() {

@@ -26,6 +26,14 @@ constexpr gx::tensor<float, shape<4, 6>> xf = [] {
   return t;
 }();
 
+// The first proof docs/gradcheck.md shows.
+// doc-snippet: first
+constexpr gx::tensor<double, gx::shape<2, 3>> x23{0.5, 1, 1.5, 2, 2.5, 3};
+constexpr auto r = gx::gradcheck([](auto const& a) { return gx::sum(gx::tanh(a) * a); }, x23);
+static_assert(r.ok());
+GRADIX_STATIC_GRADCHECK(r);  // the same, and on failure the compiler prints the values
+// end doc-snippet
+
 // Elementwise: every function and operator.
 constexpr auto r_exp_log = gx::gradcheck([](auto const& a) {
   return gx::sum(gx::exp(a * 0.5) + gx::log(a) + gx::sqrt(a) + gx::square(a) - a / (a + 1.0));
@@ -111,7 +119,8 @@ constexpr auto r_gather = gx::gradcheck([](auto const& a) {
          gx::sum(gx::square(a(gx::at(2), gx::indices(cols)))) + gx::sum(gx::select<1>(a, 4) * v4);
 }, x);
 GRADIX_STATIC_GRADCHECK(r_gather);
-// the same into sparse storage along axis 0
+// the same into sparse storage along axis 0 (docs/gradcheck.md shows this region)
+// doc-snippet: sparse
 constexpr auto r_gather_sparse = [] {
   auto a = gx::param(x, gx::sparse_grad<0>);
   std::vector<long> idx{2, 2, 0, 2};  // lives until gradcheck returns
@@ -120,6 +129,7 @@ constexpr auto r_gather_sparse = [] {
   }, a);
 }();
 GRADIX_STATIC_GRADCHECK(r_gather_sparse);
+// end doc-snippet
 
 // Slices with steps, negative steps.
 constexpr auto r_slice = gx::gradcheck([](auto const& a) {

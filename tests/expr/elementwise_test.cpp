@@ -15,6 +15,22 @@ static_assert(std::is_same_v<gx::value_type_t<decltype(std::declval<gx::tensor_v
 static_assert(std::is_same_v<gx::value_type_t<decltype(std::declval<gx::tensor_view<int, shape<3>>>() + std::declval<V>())>, float>);
 static_assert(std::is_trivially_copyable_v<decltype(gx::tanh(std::declval<V>() * 2.0f + std::declval<V>()))>);
 
+// The type of examples/readme.cpp's expression (docs/architecture.md shows this region).
+TEST_CASE("elementwise: the README expression is this type") {
+  auto a = gx::iota<float>(gx::dims(2, 3));
+  auto b = gx::tensor<float, gx::shape<3>>{1, 10, 100};
+  // doc-snippet: readme_type
+  using E = decltype(gx::exp(-a) * b + 1.0f);
+  static_assert(std::is_same_v<E,
+      gx::binary_node<gx::op::add,
+          gx::binary_node<gx::op::mul,
+              gx::unary_node<gx::op::exp, gx::unary_node<gx::op::neg, gx::tensor_view<float, shape<dyn, dyn>>>>,
+              gx::tensor_view<float, shape<3>>>,
+          gx::scalar_node<float>>>);
+  // end doc-snippet
+  CHECK(gx::eval(gx::exp(-a) * b + 1.0f)(1, 2) == doctest::Approx(std::exp(-5.0) * 100 + 1));
+}
+
 TEST_CASE("elementwise: every function matches the scalar formula") {
   auto x = gx::uniform<double>(gx::dims(4, gx::fix<3>), 3, 0.1, 2.0);
   auto y = gx::uniform<double>(gx::dims(4, gx::fix<3>), 4, -1.0, 1.0);

@@ -15,12 +15,14 @@ using gx::shape;
 using gx::testing::bits_of;
 
 namespace {
-// softsign, written for float only: x / (1 + |x|); d/dx = 1 / (1 + |x|)^2
+// softsign, written for float only: x / (1 + |x|); d/dx = 1 / (1 + |x|)^2 (docs/ops.md shows it)
+// doc-snippet: softsign
 struct softsign {
   static constexpr char const* name = "softsign";
   static float value(float x) { return x / (1.f + std::fabs(x)); }
   static float d_arg(float x, float) { return 1.f / ((1.f + std::fabs(x)) * (1.f + std::fabs(x))); }
 };
+// end doc-snippet
 // the same for double (the gradient test)
 struct softsign_d {
   static constexpr char const* name = "softsign";

@@ -92,7 +92,7 @@ case "$found" in
 esac
 cmake --build "$tmp/cmake-build" >"$tmp/cmake-build.log" 2>&1 ||
   { cat "$tmp/cmake-build.log" >&2; echo "check_install: the CMake consumer did not build" >&2; exit 1; }
-"$tmp/cmake-build/cmake_user"
+"$tmp/cmake-build/prog"
 # another MINOR version while MAJOR is 0 (and a newer one) must be refused
 for wanted in 0.99 1.0; do
   if cmake -S "$here/cmake_user" -B "$tmp/cmake-refused-$wanted" "${generator[@]}" -DCMAKE_CXX_COMPILER="${CXX:-c++}" \
