@@ -10,7 +10,7 @@
 # Without CXX, the first run builds with clang++-16 (installed like the other packages): the
 # gradient tests are mostly code generation, which clang does 3.3x faster at -O0 than g++ at
 # -O1, and test_optimization=auto (the default) builds them at -O0 and the suites that run
-# long at -O1. On 2 cores a fresh clone builds and tests in about 8 minutes this way; with
+# long at -O2. On 2 cores a fresh clone builds and tests in about 8 minutes this way; with
 # CXX=g++ in about 12 (docs/performance.md, "The developer loop"). CI runs both compilers.
 # Where ccache is installed, meson uses it, and a rebuild of unchanged files is a cache hit.
 set -euo pipefail
