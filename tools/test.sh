@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds gradix and runs every test suite, then prints `N passed, N failed, N skipped`.
 #
-#   bash tools/test.sh [MESON_OPTION...] [-- MESON_TEST_ARG...]
+#   bash tools/test.sh [--quick] [MESON_OPTION...] [-- MESON_TEST_ARG...]
+#
+# --quick builds only what the suite `quick` needs (the core, expr, plan, gradcheck,
+# reliability and interop tests, the small examples, the docs checks) and runs that suite.
 #
 # MESON_OPTION (e.g. -Dgradix_werror=true) goes to `meson setup` on the first run and to
 # `meson configure` later; MESON_TEST_ARG (e.g. --suite host) to `meson test`.
@@ -27,6 +30,11 @@ if [ -z "${CXX:-}" ] && [ ! -f "$build/build.ninja" ]; then
 fi
 gradix_need_packages "${packages[@]}" || exit 1
 
+quick=
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
 setup_args=()
 test_args=()
 while [ $# -gt 0 ]; do
@@ -49,7 +57,34 @@ elif [ ${#setup_args[@]} -gt 0 ]; then
   meson configure "$build" "${setup_args[@]}"
 fi
 
-if ! meson compile -C "$build"; then
+targets=()
+if [ -n "$quick" ]; then
+  # the targets the quick suite's tests depend on, from meson's introspection (regenerated
+  # first when a meson.build changed)
+  ninja -C "$build" build.ninja >/dev/null
+  mapfile -t targets < <(python3 - "$build" <<'PY'
+import json, pathlib, sys
+info = pathlib.Path(sys.argv[1]) / "meson-info"
+tests = json.loads((info / "intro-tests.json").read_text())
+targets = {t["id"]: t for t in json.loads((info / "intro-targets.json").read_text())}
+names = set()
+for t in tests:
+    if any(s.split(":")[-1] == "quick" for s in t["suite"]):
+        for d in t["depends"]:
+            if d in targets:
+                names.add(targets[d]["name"])
+print("\n".join(sorted(names)))
+PY
+  )
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "gradix: no test of the suite quick in $build" >&2
+    python3 tools/testlog_summary.py --failed 1
+    exit 1
+  fi
+  test_args=(--no-rebuild --suite quick "${test_args[@]}")
+fi
+
+if ! meson compile -C "$build" "${targets[@]}"; then
   echo "gradix: the build failed (counted as one failure)" >&2
   python3 tools/testlog_summary.py --failed 1
   exit 1
