@@ -50,6 +50,7 @@
 #include <tuple>
 #include <type_traits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace gradix {
@@ -178,6 +179,15 @@ namespace detail {
 template <class P>
 using value_tensor_t = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
 
+/// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the
+/// names of an optimizer's state in a checkpoint: "m.0", "m.1", ...).
+template <class Tuple, class F>
+void visit_indexed(char const* name, Tuple& t, F& f) {
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (f(std::string(name) + "." + std::to_string(K), std::get<K>(t)), ...);
+  }(std::make_index_sequence<std::tuple_size_v<Tuple>>{});
+}
+
 /// The slices a step visits: the touched ones, or every slice of a dense storage when
 /// `all_dense` (the update changes untouched elements too); f(id) per slice.
 template <class P, class F>
@@ -275,6 +285,25 @@ class sgd {
     [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...); }(
         std::index_sequence_for<P...>{});
   }
+  /// f(name, object&) for each piece of state a checkpoint keeps (gradix/checkpoint.hpp):
+  /// the options, and per parameter K the momentum buffer "buf.K" (made here when momentum
+  /// is on, as the next step would) and the first-step flags "first.K".
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("momentum"), o_.momentum);
+    f(std::string("dampening"), o_.dampening);
+    f(std::string("nesterov"), o_.nesterov);
+    f(std::string("weight_decay"), o_.weight_decay);
+    if (o_.momentum != 0)
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        ((std::get<K>(buf_) ? void() : (std::get<K>(buf_).emplace(std::get<K>(p_)->value().shape()),
+                                         std::get<K>(first_).assign(std::size_t(gradix::detail::slice_count(*std::get<K>(p_))), 1))),
+         ...);
+      }(std::index_sequence_for<P...>{});
+    detail::visit_indexed("buf", buf_, f);
+    detail::visit_indexed("first", first_, f);
+  }
   void zero_grad() {
     detail::each(p_, [](auto* p) { p->grad().zero(); });
   }
@@ -358,6 +387,16 @@ class adagrad {
     if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::adagrad: eps ", detail::num(o.eps), " must be > 0");
   }
   adagrad_options& options() { return o_; }
+  /// f(name, object&) for each piece of state a checkpoint keeps: the options and the
+  /// accumulators "sum.K".
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("eps"), o_.eps);
+    f(std::string("weight_decay"), o_.weight_decay);
+    f(std::string("initial_accumulator"), o_.initial_accumulator);
+    detail::visit_indexed("sum", sum_, f);
+  }
   void step() {
     [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(sum_)), ...); }(
         std::index_sequence_for<P...>{});
@@ -418,6 +457,20 @@ class adam_base {
   adam_options& options() { return o_; }
   /// Steps taken.
   std::int64_t steps() const { return t_; }
+  /// f(name, object&) for each piece of state a checkpoint keeps: the options, the step
+  /// count "t", the moments "m.K" and "v.K" (and lazy_adam's "last.K").
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("beta1"), o_.beta1);
+    f(std::string("beta2"), o_.beta2);
+    f(std::string("eps"), o_.eps);
+    f(std::string("weight_decay"), o_.weight_decay);
+    f(std::string("decoupled"), o_.decoupled);
+    f(std::string("t"), t_);
+    visit_indexed("m", m_, f);
+    visit_indexed("v", v_, f);
+  }
   void zero_grad() {
     each(p_, [](auto* p) { p->grad().zero(); });
   }
@@ -545,6 +598,12 @@ class lazy_adam : public detail::adam_base<P...> {
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
     }(std::index_sequence_for<P...>{});
+  }
+  /// adam's state and the step at which each slice was last updated ("last.K").
+  template <class F>
+  void visit_state(F&& f) {
+    base::visit_state(f);
+    detail::visit_indexed("last", last_, f);
   }
 
  private:
