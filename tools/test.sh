@@ -10,11 +10,12 @@
 # `meson configure` later; MESON_TEST_ARG (e.g. --suite host) to `meson test`.
 # GRADIX_BUILD_DIR picks the build directory (default: build); CXX the compiler (first run).
 #
-# Without CXX, the first run builds with clang++-16 (installed like the other packages): the
+# Without CXX, the first run (no build directory yet; tools/example.sh sets one up with c++)
+# builds with clang++-16 (installed like the other packages): the
 # gradient tests are mostly code generation, which clang does 3.3x faster at -O0 than g++ at
 # -O1, and test_optimization=auto (the default) builds them at -O0 and the suites that run
-# long at -O2. On 2 cores a fresh clone builds and tests in about 8 minutes this way; with
-# CXX=g++ in about 12 (docs/performance.md, "The developer loop"). CI runs both compilers.
+# long at -O2. On 2 cores a fresh clone builds and tests in about 8 minutes this way (475 s);
+# with CXX=g++ in about 12 (695 s; docs/performance.md, "The developer loop"). CI runs both compilers.
 # Where ccache is installed, meson uses it, and a rebuild of unchanged files is a cache hit.
 set -euo pipefail
 
