@@ -297,9 +297,7 @@ class sgd {
     f(std::string("weight_decay"), o_.weight_decay);
     if (o_.momentum != 0)
       [&]<std::size_t... K>(std::index_sequence<K...>) {
-        ((std::get<K>(buf_) ? void() : (std::get<K>(buf_).emplace(std::get<K>(p_)->value().shape()),
-                                         std::get<K>(first_).assign(std::size_t(gradix::detail::slice_count(*std::get<K>(p_))), 1))),
-         ...);
+        (ensure_buf(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...);
       }(std::index_sequence_for<P...>{});
     detail::visit_indexed("buf", buf_, f);
     detail::visit_indexed("first", first_, f);
@@ -315,6 +313,13 @@ class sgd {
     if (o_.momentum == 0) return std::nullopt;
     return std::optional<detail::value_tensor_t<Q>>(std::in_place, q.value().shape());
   }
+  // the momentum buffer and first-step flags, made when momentum is on and they are not yet
+  template <class Q>
+  static void ensure_buf(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
+    if (buf) return;
+    buf.emplace(p.value().shape());
+    first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
+  }
   template <class Q>
   std::vector<unsigned char> make_first(Q& q) {
     return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
@@ -324,10 +329,7 @@ class sgd {
     using T = typename Q::value_type;
     T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
     T* const w = p.value().data();
-    if (mu != 0 && !buf) {  // momentum set through options() after construction
-      buf.emplace(p.value().shape());
-      first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
-    }
+    if (mu != 0) ensure_buf(p, buf, first);  // momentum set through options() after construction
     T* const b = buf ? buf->data() : nullptr;
     if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
       for_each_grad_slice(p, [&](index_t id) {
