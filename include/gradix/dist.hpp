@@ -1,0 +1,785 @@
+#pragma once
+/// \file
+/// Training across processes on MPI (docs/distributed.md): row-sharded embedding tables,
+/// data parallelism for dense parameters, and results with the same bits at any rank count.
+///
+///     gx::dist::environment env(argc, argv);             // MPI_Init_thread / MPI_Finalize
+///     gx::dist::communicator world;                      // a private copy of MPI_COMM_WORLD
+///     gx::dist::block_split split(world, 4096, 256);     // the global batch in blocks of 256
+///     gx::dist::sharded_table<float> E(world, rows, dim, gx::dist::placement::block, init);
+///     gx::optim::lazy_adam opt({.lr = 1e-2}, E.local()); // steps the rows this rank owns
+///     gx::dist::data_parallel dp(world, split, W);       // dense parameters, replicated
+///
+///     auto look = E.fetch(ids, offsets, split);          // one all-to-all-v: ids, then rows
+///     for (index_t j = split.first_block(); j < split.end_block(); ++j) {
+///       auto l = gx::backward(loss(gx::gather<0>(look.rows(), look.block(j)), W) / n);
+///       losses.push_back(l);
+///       dp.keep(j);                                      // block j's dense gradients
+///     }
+///     E.push(look);      // each touched row's gradient to its owner, summed in block order
+///     dp.reduce();       // dense gradients summed in block order, on every rank
+///     opt.step(); ...
+///
+/// **Same bits at any rank count.** The global batch is cut into blocks of a fixed number of
+/// samples (block_split), each rank takes a contiguous run of blocks, and every sum over the
+/// batch is a sum over blocks in global block order of per-block partial sums, whatever the
+/// number of ranks: a table row's gradient is the sum of its per-block gradients (each block
+/// has its own rows in the lookup, so backward sums a block's duplicates on its own), a dense
+/// gradient likewise (`keep` after each block's backward), and the loss with `ordered_sum`.
+/// So losses, gradients and parameters come out bit-identical for 1, 2, 3 or 4 ranks, and
+/// equal to one process that accumulates the blocks' gradients in order. The option
+/// `data_parallel_options::exact = false` trades that for one MPI_Allreduce.
+///
+/// **Traffic.** `fetch` sends each distinct id of the rank's blocks to its owner (8 bytes)
+/// and gets its row back; `push` sends one row per (block, touched row) to its owner, with
+/// its (id, block) key (16 bytes). Nothing is proportional to the table's size: a rank holds
+/// only the rows it owns. `communicator::traffic()` counts bytes and messages sent to other
+/// ranks.
+///
+/// **Errors.** Every MPI call runs on the communicator's private copy with MPI_ERRORS_RETURN:
+/// a failing call is a gradix::error naming the call, the rank and MPI's message. Collectives
+/// are nonblocking and waited for with a deadline (`communicator_options::timeout`): a rank
+/// that died or skipped a collective makes the others throw instead of hanging. Bad input on
+/// one rank (an index out of range) is flagged in the first exchange, so every rank throws
+/// and nothing is changed anywhere; ranks that disagree on a shape throw at construction.
+/// After an error the communicator is unusable (its collectives may still be in flight).
+#include "gradix/api/param.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/shape.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/grad/storage.hpp"
+
+// (C only: Open MPI's deprecated C++ bindings do not compile warning-free)
+#if !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace gradix::dist {
+
+namespace detail {
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, int>) return MPI_INT;
+  else static_assert(sizeof(T) == 0, "gradix::dist: element types are float, double and 64-bit integers");
+}
+inline std::string mpi_message(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(rc, buf, &n) != MPI_SUCCESS) return "error code " + std::to_string(rc);
+  return std::string(buf, std::size_t(n));
+}
+inline int to_int_count(std::int64_t n, char const* what, char const* call) {
+  if (n > INT_MAX)
+    gradix::detail::fail(what, ": ", n, " elements in one message of ", call,
+                         " (MPI counts are int; at most ", INT_MAX, ")");
+  return int(n);
+}
+}  // namespace detail
+
+/// MPI_Init_thread (MPI_THREAD_FUNNELED: gradix's threads never call MPI) and MPI_Finalize.
+/// Does nothing when MPI is already initialized.
+class environment {
+ public:
+  environment(int& argc, char**& argv) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) return;
+    int provided = 0;
+    if (int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided); rc != MPI_SUCCESS)
+      gradix::detail::fail("gradix::dist::environment: MPI_Init_thread failed: ", detail::mpi_message(rc));
+    owner_ = true;
+  }
+  environment(environment const&) = delete;
+  environment& operator=(environment const&) = delete;
+  ~environment() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (owner_ && !fin) MPI_Finalize();
+  }
+
+ private:
+  bool owner_ = false;
+};
+
+/// Bytes and messages sent to other ranks by gradix's exchanges (not counting a rank's
+/// copies to itself), since the communicator was made or `reset_traffic()`.
+struct traffic {
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t messages_sent = 0;
+  std::uint64_t bytes_received = 0;
+};
+
+struct communicator_options {
+  /// Seconds a collective may wait for the other ranks before it throws (0: forever).
+  double timeout = 60;
+};
+
+/// A private copy (MPI_Comm_dup) of an MPI communicator with MPI_ERRORS_RETURN: gradix's
+/// messages never mix with the program's own, and every failure is a gradix::error.
+/// Collective: every rank of `base` constructs it together.
+class communicator {
+ public:
+  explicit communicator(MPI_Comm base = MPI_COMM_WORLD, communicator_options o = {}) : opt_(o) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+      gradix::detail::fail("gradix::dist::communicator: MPI is not initialized (make a "
+                           "gx::dist::environment, or call MPI_Init, first)");
+    if (!(o.timeout >= 0))
+      gradix::detail::fail("gradix::dist::communicator: the timeout must be >= 0 seconds, not ", o.timeout);
+    check(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  }
+  communicator(communicator const&) = delete;
+  communicator& operator=(communicator const&) = delete;
+  ~communicator() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    // a communicator left with collectives in flight (after a timeout) is not freed
+    if (comm_ != MPI_COMM_NULL && !fin && !broken_) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm get() const { return comm_; }
+  communicator_options const& options() const { return opt_; }
+  /// False after an MPI error or a timeout: every later call throws.
+  bool usable() const { return !broken_; }
+
+  gradix::dist::traffic const& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = {}; }
+
+  /// Throws a gradix::error naming the call when rc is not MPI_SUCCESS (and marks the
+  /// communicator unusable).
+  void check(int rc, char const* call) {
+    if (rc == MPI_SUCCESS) return;
+    broken_ = true;
+    gradix::detail::fail("gradix::dist: ", call, " failed on rank ", rank_, " of ", size_, ": ",
+                         detail::mpi_message(rc));
+  }
+
+  /// Waits for a nonblocking call with the communicator's deadline.
+  void wait(MPI_Request& req, char const* call, char const* what) {
+    using clock = std::chrono::steady_clock;
+    auto const start = clock::now();
+    for (long spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 50));
+      if (opt_.timeout > 0 && (spins & 63) == 0 &&
+          std::chrono::duration<double>(clock::now() - start).count() > opt_.timeout) {
+        broken_ = true;
+        gradix::detail::fail(what, ": ", call, " timed out after ", opt_.timeout, " s on rank ", rank_,
+                             " of ", size_, " (another rank died, failed or skipped this exchange)");
+      }
+    }
+  }
+  void require_usable(char const* what) const {
+    if (broken_)
+      gradix::detail::fail(what, ": the communicator is unusable after an earlier MPI error or "
+                                 "timeout on rank ", rank_);
+  }
+
+  // ---- collectives used by gradix (nonblocking, then wait with the deadline) ----
+
+  /// Every rank's `mine`, in rank order.
+  template <class T>
+  std::vector<T> allgather(std::span<T const> mine, char const* what) {
+    require_usable(what);
+    std::vector<T> all(mine.size() * std::size_t(size_));
+    MPI_Request req;
+    int const n = detail::to_int_count(std::int64_t(mine.size()), what, "MPI_Iallgather");
+    check(MPI_Iallgather(mine.data(), n, detail::mpi_type<T>(), all.data(), n, detail::mpi_type<T>(), comm_, &req),
+          "MPI_Iallgather");
+    wait(req, "MPI_Iallgather", what);
+    return all;
+  }
+
+  /// Exchanges per-destination counts: out[d] goes to rank d, the result's [s] came from
+  /// rank s. A rank with `ok == false` sends -1 everywhere, and then every rank throws: the
+  /// flagging rank with `message`, the others naming the flagging rank; nothing has moved.
+  std::vector<std::int64_t> exchange_counts(std::vector<std::int64_t> out, bool ok, std::string const& message,
+                                            char const* what) {
+    require_usable(what);
+    if (!ok) std::fill(out.begin(), out.end(), std::int64_t(-1));
+    std::vector<std::int64_t> in(static_cast<std::size_t>(size_));
+    MPI_Request req;
+    check(MPI_Ialltoall(out.data(), 1, MPI_INT64_T, in.data(), 1, MPI_INT64_T, comm_, &req), "MPI_Ialltoall");
+    wait(req, "MPI_Ialltoall", what);
+    if (!ok) throw gradix::error(message);
+    for (int s = 0; s < size_; ++s)
+      if (in[std::size_t(s)] < 0)
+        gradix::detail::fail(what, ": rank ", s, " of ", size_, " found bad input (its own error names it); "
+                                   "nothing was sent or changed");
+    return in;
+  }
+
+  /// All-to-all-v of `count[d]` items of `type` (extent `bytes` each) to each rank d.
+  void alltoallv(void const* send, std::vector<std::int64_t> const& scount, void* recv,
+                 std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what) {
+    require_usable(what);
+    std::vector<int> sc(static_cast<std::size_t>(size_)), sd(static_cast<std::size_t>(size_)), rc(static_cast<std::size_t>(size_)), rd(static_cast<std::size_t>(size_));
+    std::int64_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      auto const i = std::size_t(r);
+      sc[i] = detail::to_int_count(scount[i], what, "MPI_Ialltoallv");
+      rc[i] = detail::to_int_count(rcount[i], what, "MPI_Ialltoallv");
+      sd[i] = detail::to_int_count(so, what, "MPI_Ialltoallv");
+      rd[i] = detail::to_int_count(ro, what, "MPI_Ialltoallv");
+      so += scount[i];
+      ro += rcount[i];
+      if (r != rank_) {
+        traffic_.bytes_sent += std::uint64_t(scount[i]) * bytes;
+        traffic_.bytes_received += std::uint64_t(rcount[i]) * bytes;
+        traffic_.messages_sent += scount[i] > 0 ? 1 : 0;
+      }
+    }
+    MPI_Request req;
+    check(MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm_, &req),
+          "MPI_Ialltoallv");
+    wait(req, "MPI_Ialltoallv", what);
+  }
+
+  /// Checks that every rank passed the same `values` (shapes, options): otherwise every rank
+  /// throws, naming the first rank that differs from rank 0 and both values.
+  void agree(std::vector<std::int64_t> const& values, std::vector<char const*> const& names, char const* what) {
+    auto const all = allgather(std::span<std::int64_t const>(values), what);
+    std::size_t const n = values.size();
+    for (int r = 1; r < size_; ++r)
+      for (std::size_t k = 0; k < n; ++k)
+        if (all[std::size_t(r) * n + k] != all[k])
+          gradix::detail::fail(what, ": the ranks disagree on ", names[k], ": rank 0 has ", all[k], ", rank ", r,
+                               " has ", all[std::size_t(r) * n + k]);
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  communicator_options opt_;
+  int rank_ = 0, size_ = 1;
+  bool broken_ = false;
+  gradix::dist::traffic traffic_;
+};
+
+/// The global batch cut into blocks of `block_samples` samples (the last may be shorter),
+/// and the contiguous run of blocks this rank takes: blocks [B r / R, B (r+1) / R) for B
+/// blocks and R ranks. Block boundaries depend only on the batch and block sizes, never on
+/// the rank count: that is what makes results the same at any rank count. Collective (the
+/// ranks must agree on both sizes).
+class block_split {
+ public:
+  block_split(communicator& c, index_t global_samples, index_t block_samples)
+      : n_(global_samples), g_(block_samples) {
+    char const* what = "gradix::dist::block_split";
+    if (global_samples < 0) gradix::detail::fail(what, ": the batch has ", global_samples, " samples (must be >= 0)");
+    if (block_samples <= 0) gradix::detail::fail(what, ": the block size is ", block_samples, " samples (must be > 0)");
+    c.agree({global_samples, block_samples}, {"the global batch size", "the block size"}, what);
+    blocks_ = (n_ + g_ - 1) / g_;
+    first_ = blocks_ * c.rank() / c.size();
+    end_ = blocks_ * (c.rank() + 1) / c.size();
+  }
+  index_t samples() const { return n_; }
+  index_t block_samples() const { return g_; }
+  /// Number of blocks in the global batch.
+  index_t blocks() const { return blocks_; }
+  /// This rank's blocks: [first_block(), end_block()).
+  index_t first_block() const { return first_; }
+  index_t end_block() const { return end_; }
+  index_t local_blocks() const { return end_ - first_; }
+  /// Global sample range of block j: [block_begin(j), block_end(j)).
+  index_t block_begin(index_t j) const { return std::min(n_, j * g_); }
+  index_t block_end(index_t j) const { return std::min(n_, (j + 1) * g_); }
+  /// This rank's samples: [first_sample(), end_sample()).
+  index_t first_sample() const { return block_begin(first_); }
+  index_t end_sample() const { return block_begin(end_); }
+
+ private:
+  index_t n_, g_, blocks_ = 0, first_ = 0, end_ = 0;
+};
+
+/// The sum of per-block values (this rank's blocks, in order) over the whole batch, added in
+/// global block order: the same bits at any rank count. Collective.
+inline double ordered_sum(communicator& c, block_split const& split, std::span<double const> mine) {
+  char const* what = "gradix::dist::ordered_sum";
+  bool const ok = index_t(mine.size()) == split.local_blocks();
+  // the per-block values travel in one all-gather of fixed width (the most blocks a rank has)
+  index_t const width = (split.blocks() + c.size() - 1) / c.size();
+  std::vector<double> padded(std::size_t(width) + 1, 0.0);
+  padded[0] = ok ? 1.0 : -1.0;
+  if (ok) std::copy(mine.begin(), mine.end(), padded.begin() + 1);
+  auto const all = c.allgather(std::span<double const>(padded), what);
+  if (!ok)
+    gradix::detail::fail(what, ": ", mine.size(), " values for this rank's ", split.local_blocks(),
+                         " blocks (rank ", c.rank(), ")");
+  double s = 0;
+  for (int r = 0; r < c.size(); ++r) {
+    std::size_t const base = std::size_t(r) * (std::size_t(width) + 1);
+    if (all[base] < 0)
+      gradix::detail::fail(what, ": rank ", r, " passed the wrong number of values (its own error says how many)");
+    index_t const nb = split.blocks() * (r + 1) / c.size() - split.blocks() * r / c.size();
+    for (index_t k = 0; k < nb; ++k) s += all[base + 1 + std::size_t(k)];
+  }
+  return s;
+}
+
+/// How a sharded table's rows are placed on the ranks: `block` gives rank r the rows
+/// [N r / R, N (r+1) / R), `modulo` the rows with id % R == r.
+enum class placement { block, modulo };
+
+template <class T>
+class sharded_table;
+
+/// The rows a rank's blocks read from a sharded table (sharded_table::fetch): a parameter
+/// with one row per (block, distinct id in the block), and per block the index vector that
+/// maps its ids to those rows. Use it in expressions as `gather<0>(look.rows(), look.block(j))`;
+/// backward writes the rows' gradients, which `sharded_table::push` sends to the owners.
+template <class T>
+class lookup {
+ public:
+  using rows_type = parameter<T, shape<dyn, dyn>, row_major, dense_grad_t<0>>;
+  rows_type& rows() { return rows_; }
+  rows_type const& rows() const { return rows_; }
+  /// Indices into rows() of block j's ids (global block index), in the order they were given.
+  std::span<std::int32_t const> block(index_t j) const {
+    if (j < first_block_ || j >= first_block_ + index_t(offsets_.size()) - 1)
+      gradix::detail::fail("gradix::dist::lookup::block: block ", j, " is not one of this rank's blocks [",
+                           first_block_, ", ", first_block_ + index_t(offsets_.size()) - 1, ")");
+    auto const k = std::size_t(j - first_block_);
+    return std::span<std::int32_t const>(index_).subspan(std::size_t(offsets_[k]),
+                                                         std::size_t(offsets_[k + 1] - offsets_[k]));
+  }
+  /// Indices into rows() of all the ids given to fetch, in order.
+  std::span<std::int32_t const> all() const { return index_; }
+  /// Number of (block, id) rows.
+  index_t size() const { return index_t(pair_id_.size()); }
+
+ private:
+  friend class sharded_table<T>;
+  explicit lookup(index_t n, index_t dim) : rows_(tensor<T, shape<dyn, dyn>>(dims(n, dim))) {}
+  rows_type rows_;
+  std::vector<std::int32_t> index_;
+  std::vector<index_t> offsets_;
+  index_t first_block_ = 0;
+  std::vector<std::int64_t> pair_id_, pair_block_;  // per row of rows_
+  const void* table_ = nullptr;
+  bool pushed_ = false;
+};
+
+/// A table of `rows` x `dim` elements whose rows are spread over the ranks (placement). Each
+/// rank holds only the rows it owns, as a parameter with sparse gradients along the rows
+/// (`local()`), which an optimizer steps: lazy Adam, SGD, Adagrad all update only the rows
+/// that `push` gave a gradient. Collective: every rank constructs it with the same shape.
+template <class T>
+class sharded_table {
+ public:
+  using local_type = parameter<T, shape<dyn, dyn>, row_major, sparse_grad_t<0>>;
+  /// `init(id, row)` fills the row with global id `id` (a std::span<T> of dim elements);
+  /// without it the rows are zero.
+  sharded_table(communicator& c, index_t rows, index_t dim, placement p = placement::block,
+                std::function<void(index_t, std::span<T>)> const& init = {})
+      : c_(&c), n_(rows), d_(dim), p_(p), local_(make_local(c, rows, dim, p)) {
+    c.agree({rows, dim, std::int64_t(p)}, {"the number of rows", "the row length", "the placement"},
+            "gradix::dist::sharded_table");
+    if (init) {
+      auto& v = local_.value();
+      for (index_t k = 0; k < owned(); ++k) init(global_row(k), std::span<T>(v.data() + k * d_, std::size_t(d_)));
+    }
+    if (int rc = MPI_Type_contiguous(int(d_), detail::mpi_type<T>(), &row_type_); rc != MPI_SUCCESS)
+      c.check(rc, "MPI_Type_contiguous");
+    c.check(MPI_Type_commit(&row_type_), "MPI_Type_commit");
+  }
+  sharded_table(sharded_table const&) = delete;
+  sharded_table& operator=(sharded_table const&) = delete;
+  ~sharded_table() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && row_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&row_type_);
+  }
+
+  index_t rows() const { return n_; }
+  index_t dim() const { return d_; }
+  gradix::dist::placement placement() const { return p_; }
+  communicator& comm() const { return *c_; }
+  /// The rows this rank owns, local row k holding global row global_row(k).
+  local_type& local() { return local_; }
+  local_type const& local() const { return local_; }
+  index_t owned() const { return owned_by(c_->rank()); }
+  index_t owned_by(int r) const {
+    index_t const R = c_->size();
+    return p_ == placement::block ? n_ * (r + 1) / R - n_ * r / R : (n_ - r + R - 1) / R;
+  }
+  /// The rank that owns global row id, and its local row there.
+  int owner(index_t id) const {
+    index_t const R = c_->size();
+    return p_ == placement::block ? int(((id + 1) * R - 1) / n_) : int(id % R);
+  }
+  index_t local_row(index_t id) const {
+    index_t const R = c_->size();
+    return p_ == placement::block ? id - n_ * owner(id) / R : id / R;
+  }
+  index_t global_row(index_t k) const {
+    index_t const R = c_->size(), r = c_->rank();
+    return p_ == placement::block ? n_ * r / R + k : k * R + r;
+  }
+
+  /// Reads the rows that this rank's blocks use. `ids` holds every id of blocks
+  /// split.first_block() .. end_block()-1 one after the other, block j's in
+  /// [offsets[j - first], offsets[j - first + 1]). Sends each distinct id to its owner and
+  /// receives its row (one all-to-all of counts, one all-to-all-v of ids, one of rows).
+  /// Collective. An id out of range on any rank makes every rank throw; nothing is sent.
+  template <class I>
+  lookup<T> fetch(std::span<I const> ids, std::span<index_t const> offsets, block_split const& split) {
+    static_assert(std::is_integral_v<I>, "gradix::dist::sharded_table::fetch: ids must be integers");
+    char const* what = "gradix::dist::sharded_table::fetch";
+    int const R = c_->size();
+    std::string bad;
+    index_t const nb = split.local_blocks();
+    if (index_t(offsets.size()) != nb + 1 || offsets[0] != 0 || offsets[offsets.size() - 1] != index_t(ids.size())) {
+      bad = std::string(what) + ": offsets must have one entry per block of this rank plus one (" +
+            std::to_string(nb + 1) + "), start at 0 and end at the number of ids (" + std::to_string(ids.size()) +
+            "); rank " + std::to_string(c_->rank()) + " has " + std::to_string(offsets.size()) + " entries";
+    } else {
+      for (std::size_t k = 0; k + 1 < offsets.size() && bad.empty(); ++k)
+        if (offsets[k + 1] < offsets[k])
+          bad = std::string(what) + ": offsets decrease at block " + std::to_string(split.first_block() + index_t(k));
+      for (std::size_t i = 0; i < ids.size() && bad.empty(); ++i)
+        if (std::int64_t(ids[i]) < 0 || std::int64_t(ids[i]) >= n_)
+          bad = std::string(what) + ": index " + std::to_string(std::int64_t(ids[i])) + " at position " +
+                std::to_string(i) + " is out of range for axis 0 of extent " + std::to_string(n_) + " (rank " +
+                std::to_string(c_->rank()) + ")";
+    }
+    // the (block, distinct id) pairs: the lookup's rows, in block order, first use first
+    std::vector<std::int64_t> pair_id, pair_block;
+    std::vector<std::int32_t> index(ids.size());
+    std::unordered_map<std::int64_t, std::int32_t> in_block;
+    if (bad.empty()) {
+      for (index_t b = 0; b < nb; ++b) {
+        in_block.clear();
+        for (index_t i = offsets[std::size_t(b)]; i < offsets[std::size_t(b) + 1]; ++i) {
+          std::int64_t const id = std::int64_t(ids[std::size_t(i)]);
+          auto [it, added] = in_block.try_emplace(id, std::int32_t(pair_id.size()));
+          if (added) {
+            pair_id.push_back(id);
+            pair_block.push_back(split.first_block() + b);
+          }
+          index[std::size_t(i)] = it->second;
+        }
+      }
+      if (pair_id.size() > std::size_t(INT32_MAX))
+        bad = std::string(what) + ": more than 2^31 (block, id) rows on rank " + std::to_string(c_->rank());
+    }
+    // the distinct ids, grouped by owner (first use first within an owner)
+    std::unordered_map<std::int64_t, std::int64_t> slot_of;  // id -> position in `want`
+    std::vector<std::int64_t> scount(std::size_t(R), 0);
+    std::vector<std::int64_t> distinct;
+    if (bad.empty())
+      for (std::int64_t id : pair_id)
+        if (slot_of.try_emplace(id, 0).second) {
+          distinct.push_back(id);
+          ++scount[std::size_t(owner(id))];
+        }
+    auto const rcount = c_->exchange_counts(scount, bad.empty(), bad, what);
+    std::vector<std::int64_t> sdisp(std::size_t(R) + 1, 0), rdisp(std::size_t(R) + 1, 0);
+    for (int r = 0; r < R; ++r) {
+      sdisp[std::size_t(r) + 1] = sdisp[std::size_t(r)] + scount[std::size_t(r)];
+      rdisp[std::size_t(r) + 1] = rdisp[std::size_t(r)] + rcount[std::size_t(r)];
+    }
+    std::vector<std::int64_t> want(distinct.size());
+    {
+      auto fill = sdisp;
+      for (std::int64_t id : distinct) {
+        std::int64_t const at = fill[std::size_t(owner(id))]++;
+        want[std::size_t(at)] = id;
+        slot_of[id] = at;
+      }
+    }
+    std::vector<std::int64_t> asked(static_cast<std::size_t>(rdisp[std::size_t(R)]));
+    c_->alltoallv(want.data(), scount, asked.data(), rcount, MPI_INT64_T, sizeof(std::int64_t), what);
+    // the owner copies the asked rows out
+    std::vector<T> out(asked.size() * std::size_t(d_)), got(want.size() * std::size_t(d_));
+    T const* v = local_.value().data();
+    for (std::size_t k = 0; k < asked.size(); ++k) {
+      std::int64_t const id = asked[k];
+      if (id < 0 || id >= n_ || owner(id) != c_->rank())
+        gradix::detail::fail(what, ": rank ", c_->rank(), " was asked for row ", id, " which it does not own");
+      std::memcpy(out.data() + k * std::size_t(d_), v + local_row(id) * d_, std::size_t(d_) * sizeof(T));
+    }
+    c_->alltoallv(out.data(), rcount, got.data(), scount, row_type_, std::size_t(d_) * sizeof(T), what);
+    // the lookup: rows per (block, id)
+    lookup<T> L(index_t(pair_id.size()), d_);
+    T* dst = L.rows_.value().data();
+    for (std::size_t k = 0; k < pair_id.size(); ++k)
+      std::memcpy(dst + k * std::size_t(d_), got.data() + std::size_t(slot_of[pair_id[k]]) * std::size_t(d_),
+                  std::size_t(d_) * sizeof(T));
+    L.index_ = std::move(index);
+    L.offsets_.assign(offsets.begin(), offsets.end());
+    L.first_block_ = split.first_block();
+    L.pair_id_ = std::move(pair_id);
+    L.pair_block_ = std::move(pair_block);
+    L.table_ = this;
+    return L;
+  }
+  template <class I>
+  lookup<T> fetch(std::vector<I> const& ids, std::vector<index_t> const& offsets, block_split const& split) {
+    return fetch(std::span<I const>(ids), std::span<index_t const>(offsets), split);
+  }
+
+  /// Sends the gradient of every touched (block, id) row of the lookup to the row's owner,
+  /// which adds them into local().grad() in (id, global block) order: the same bits at any
+  /// rank count. Collective; call once per lookup, after its backward passes.
+  void push(lookup<T>& L) {
+    char const* what = "gradix::dist::sharded_table::push";
+    int const R = c_->size();
+    std::string bad;
+    if (L.table_ != this) bad = std::string(what) + ": the lookup was fetched from another table";
+    else if (L.pushed_) bad = std::string(what) + ": the lookup was already pushed";
+    else if (L.rows_.grad().busy_flag() || local_.grad().busy_flag())
+      bad = std::string(what) + ": a backward pass is running on the lookup or the table";
+    auto const& g = L.rows_.grad();
+    std::vector<std::int64_t> scount(std::size_t(R), 0);
+    std::vector<std::size_t> send_rows;  // pair indices, grouped by owner, block order inside
+    if (bad.empty()) {
+      for (std::size_t k = 0; k < L.pair_id_.size(); ++k)
+        if (g.is_touched(index_t(k))) ++scount[std::size_t(owner(L.pair_id_[k]))];
+      std::vector<std::int64_t> fill(std::size_t(R), 0);
+      for (int r = 1; r < R; ++r) fill[std::size_t(r)] = fill[std::size_t(r) - 1] + scount[std::size_t(r) - 1];
+      send_rows.resize(std::size_t(std::accumulate(scount.begin(), scount.end(), std::int64_t(0))));
+      for (std::size_t k = 0; k < L.pair_id_.size(); ++k)
+        if (g.is_touched(index_t(k))) send_rows[std::size_t(fill[std::size_t(owner(L.pair_id_[k]))]++)] = k;
+    }
+    auto const rcount = c_->exchange_counts(scount, bad.empty(), bad, what);
+    std::int64_t const nrecv = std::accumulate(rcount.begin(), rcount.end(), std::int64_t(0));
+    std::vector<std::int64_t> keys(send_rows.size() * 2), rkeys(std::size_t(nrecv) * 2);
+    std::vector<T> vals(send_rows.size() * std::size_t(d_)), rvals(std::size_t(nrecv) * std::size_t(d_));
+    T const* gd = g.dense().data();
+    for (std::size_t k = 0; k < send_rows.size(); ++k) {
+      std::size_t const p = send_rows[k];
+      keys[2 * k] = L.pair_id_[p];
+      keys[2 * k + 1] = L.pair_block_[p];
+      std::memcpy(vals.data() + k * std::size_t(d_), gd + p * std::size_t(d_), std::size_t(d_) * sizeof(T));
+    }
+    auto twice = [](std::vector<std::int64_t> v) {
+      for (auto& x : v) x *= 2;
+      return v;
+    };
+    c_->alltoallv(keys.data(), twice(scount), rkeys.data(), twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what);
+    c_->alltoallv(vals.data(), scount, rvals.data(), rcount, row_type_, std::size_t(d_) * sizeof(T), what);
+    L.pushed_ = true;
+    // the owner's sum: per id, the blocks in increasing order
+    std::vector<std::size_t> order(static_cast<std::size_t>(nrecv));
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return rkeys[2 * a] != rkeys[2 * b] ? rkeys[2 * a] < rkeys[2 * b] : rkeys[2 * a + 1] < rkeys[2 * b + 1];
+    });
+    auto& st = local_.grad();
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      std::size_t const e = order[k];
+      std::int64_t const id = rkeys[2 * e];
+      if (id < 0 || id >= n_ || owner(id) != c_->rank())
+        gradix::detail::fail(what, ": rank ", c_->rank(), " received a gradient for row ", id, " which it does not own");
+      index_t const slot = st.reserve(local_row(id));
+      T* dst = st.data() + slot * st.slice_elements();
+      T const* src = rvals.data() + e * std::size_t(d_);
+      for (index_t x = 0; x < d_; ++x) dst[x] += src[x];
+    }
+  }
+
+ private:
+  static local_type make_local(communicator& c, index_t rows, index_t dim, gradix::dist::placement p) {
+    char const* what = "gradix::dist::sharded_table";
+    if (rows <= 0 || dim <= 0)
+      gradix::detail::fail(what, ": a table of ", rows, " x ", dim, " (both extents must be > 0)");
+    if (dim > INT_MAX) gradix::detail::fail(what, ": rows of ", dim, " elements (at most ", INT_MAX, ")");
+    index_t const R = c.size(), r = c.rank();
+    index_t const own = p == placement::block ? rows * (r + 1) / R - rows * r / R : (rows - r + R - 1) / R;
+    return local_type(tensor<T, shape<dyn, dyn>>(dims(own, dim)));
+  }
+  communicator* c_;
+  index_t n_, d_;
+  gradix::dist::placement p_;
+  local_type local_;
+  MPI_Datatype row_type_ = MPI_DATATYPE_NULL;
+};
+
+struct data_parallel_options {
+  /// true: dense gradients are summed over blocks in global block order (the same bits at
+  /// any rank count; each rank sends its blocks' gradients for each other rank's share of
+  /// the elements, then gathers the sums). false: each rank sums its own blocks and one
+  /// MPI_Allreduce adds the ranks' sums (less traffic; the bits depend on the rank count).
+  bool exact = true;
+};
+
+/// Dense parameters replicated on every rank, their gradients summed over the global batch.
+/// After each block's backward, `keep(j)` takes the gradients of block j (and clears them);
+/// `reduce()` writes the sum over all blocks of the batch into every rank's gradients.
+template <class T>
+class data_parallel {
+ public:
+  template <class... P>
+  data_parallel(communicator& c, block_split const& split, data_parallel_options o, P&... params)
+      : c_(&c), split_(split), o_(o) {
+    static_assert(sizeof...(P) > 0, "gradix::dist::data_parallel: give it the dense parameters");
+    static_assert((std::is_same_v<typename P::value_type, T> && ...),
+                  "gradix::dist::data_parallel: every parameter must have the element type T");
+    static_assert((!P::grad_spec::sparse && ...),
+                  "gradix::dist::data_parallel: parameters with sparse gradients belong in a sharded_table");
+    (add(params), ...);
+    std::vector<std::int64_t> sizes;
+    for (auto const& e : params_) sizes.push_back(e.size);
+    std::vector<char const*> names(sizes.size(), "a parameter's element count");
+    sizes.push_back(std::int64_t(params_.size()));
+    names.push_back("the number of parameters");
+    sizes.push_back(o.exact ? 1 : 0);
+    names.push_back("data_parallel_options::exact");
+    c.agree(sizes, names, "gradix::dist::data_parallel");
+    kept_.assign(std::size_t(o_.exact ? split.local_blocks() : 1) * std::size_t(total_), T(0));
+    have_.assign(std::size_t(split.local_blocks()), false);
+  }
+  template <class... P>
+    requires(sizeof...(P) > 0 && (!std::is_same_v<std::remove_cvref_t<P>, data_parallel_options> && ...))
+  data_parallel(communicator& c, block_split const& split, P&... params)
+      : data_parallel(c, split, data_parallel_options{}, params...) {}
+
+  /// Takes the current gradients as block j's (global index, one of this rank's blocks) and
+  /// clears them, for the next block's backward.
+  void keep(index_t j) {
+    char const* what = "gradix::dist::data_parallel::keep";
+    if (j < split_.first_block() || j >= split_.end_block())
+      gradix::detail::fail(what, ": block ", j, " is not one of this rank's blocks [", split_.first_block(), ", ",
+                           split_.end_block(), ")");
+    auto const b = std::size_t(j - split_.first_block());
+    if (have_[b]) gradix::detail::fail(what, ": block ", j, " was already kept");
+    T* dst = kept_.data() + (o_.exact ? b * std::size_t(total_) : 0);
+    for (auto& e : params_) {
+      if (o_.exact) std::memcpy(dst, e.grad, std::size_t(e.size) * sizeof(T));
+      else
+        for (index_t x = 0; x < e.size; ++x) dst[x] += e.grad[x];
+      dst += e.size;
+      e.zero();
+    }
+    have_[b] = true;
+  }
+
+  /// Writes the sum over every block of the batch into each parameter's gradient (all of it
+  /// touched). Collective; every block of this rank must have been kept.
+  void reduce() {
+    char const* what = "gradix::dist::data_parallel::reduce";
+    std::string bad;
+    for (std::size_t b = 0; b < have_.size() && bad.empty(); ++b)
+      if (!have_[b])
+        bad = std::string(what) + ": block " + std::to_string(split_.first_block() + index_t(b)) +
+              " was not kept on rank " + std::to_string(c_->rank());
+    int const R = c_->size();
+    std::vector<T> sum(static_cast<std::size_t>(total_));
+    if (!o_.exact) {
+      auto const ok = c_->exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
+      (void)ok;
+      MPI_Request req;
+      c_->check(MPI_Iallreduce(kept_.data(), sum.data(), detail::to_int_count(total_, what, "MPI_Iallreduce"),
+                               detail::mpi_type<T>(), MPI_SUM, c_->get(), &req),
+                "MPI_Iallreduce");
+      c_->wait(req, "MPI_Iallreduce", what);
+      std::fill(kept_.begin(), kept_.end(), T(0));
+    } else {
+      // rank d sums the elements [total d / R, total (d+1) / R) over all blocks, in order
+      auto lo = [&](int d) { return total_ * d / R; };
+      index_t const mine = split_.local_blocks();
+      std::vector<std::int64_t> scount(static_cast<std::size_t>(R)), rcount(static_cast<std::size_t>(R));
+      for (int d = 0; d < R; ++d) scount[std::size_t(d)] = mine * (lo(d + 1) - lo(d));
+      auto const rc = c_->exchange_counts(scount, bad.empty(), bad, what);
+      std::vector<T> send(std::size_t(mine) * std::size_t(total_));
+      {
+        std::size_t at = 0;
+        for (int d = 0; d < R; ++d)
+          for (index_t b = 0; b < mine; ++b) {
+            T const* src = kept_.data() + std::size_t(b) * std::size_t(total_) + std::size_t(lo(d));
+            std::copy(src, src + (lo(d + 1) - lo(d)), send.data() + at);
+            at += std::size_t(lo(d + 1) - lo(d));
+          }
+      }
+      std::int64_t const nrecv = std::accumulate(rc.begin(), rc.end(), std::int64_t(0));
+      std::vector<T> recv(static_cast<std::size_t>(nrecv));
+      c_->alltoallv(send.data(), scount, recv.data(), rc, detail::mpi_type<T>(), sizeof(T), what);
+      // the received blocks come by rank, each rank's in block order: global block order
+      index_t const w = lo(c_->rank() + 1) - lo(c_->rank());
+      std::vector<T> part(std::size_t(w), T(0));
+      for (std::int64_t at = 0; at < nrecv; at += w)
+        for (index_t x = 0; x < w; ++x) part[std::size_t(x)] += recv[std::size_t(at + x)];
+      // everyone gets every share
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(R));
+      for (int d = 0; d < R; ++d) counts[std::size_t(d)] = lo(d + 1) - lo(d);
+      std::vector<int> ic(static_cast<std::size_t>(R)), id(static_cast<std::size_t>(R));
+      for (int d = 0; d < R; ++d) {
+        ic[std::size_t(d)] = detail::to_int_count(counts[std::size_t(d)], what, "MPI_Iallgatherv");
+        id[std::size_t(d)] = detail::to_int_count(lo(d), what, "MPI_Iallgatherv");
+      }
+      MPI_Request req;
+      c_->check(MPI_Iallgatherv(part.data(), int(w), detail::mpi_type<T>(), sum.data(), ic.data(), id.data(),
+                                detail::mpi_type<T>(), c_->get(), &req),
+                "MPI_Iallgatherv");
+      c_->wait(req, "MPI_Iallgatherv", what);
+    }
+    T const* src = sum.data();
+    for (auto& e : params_) {
+      std::memcpy(e.grad, src, std::size_t(e.size) * sizeof(T));
+      e.touch_all();
+      src += e.size;
+    }
+    std::fill(have_.begin(), have_.end(), false);
+  }
+
+ private:
+  struct entry {
+    T* grad;
+    index_t size;
+    std::function<void()> zero, touch_all;
+  };
+  template <class P>
+  void add(P& p) {
+    auto* g = &p.grad();
+    params_.push_back({g->data(), index_t(g->dense().size()), [g] { g->zero(); }, [g] { g->touch_all(); }});
+    total_ += params_.back().size;
+  }
+  communicator* c_;
+  block_split split_;
+  data_parallel_options o_;
+  std::vector<entry> params_;
+  index_t total_ = 0;
+  std::vector<T> kept_;
+  std::vector<bool> have_;
+};
+
+template <class P0, class... P>
+data_parallel(communicator&, block_split const&, data_parallel_options, P0&, P&...)
+    -> data_parallel<typename P0::value_type>;
+template <class P0, class... P>
+  requires(!std::is_same_v<P0, data_parallel_options>)
+data_parallel(communicator&, block_split const&, P0&, P&...) -> data_parallel<typename P0::value_type>;
+
+}  // namespace gradix::dist

@@ -1,0 +1,347 @@
+// Distributed training (gradix/dist.hpp, docs/distributed.md), run under mpirun with 1, 2, 3
+// and 4 ranks (tests/dist/meson.build). Every rank runs every case; each case is collective.
+//
+// The central check: a model with two row-sharded tables (lazy Adam on the owners) and a
+// dense parameter (data parallel, Adam), trained for a few steps, gives losses, gradients
+// and parameters with exactly the bits of one process without MPI that accumulates the same
+// blocks' gradients in order. That process is rank-count free, so passing at every rank
+// count means the bits are the same at every rank count, with either placement.
+#include <gradix/dist.hpp>
+#include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
+
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gx = gradix;
+namespace dist = gradix::dist;
+using gx::dyn;
+using gx::index_t;
+
+namespace {
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (gx::error const& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+// a deterministic initial value of element x of row id of table t
+float init_value(int t, index_t id, index_t x) {
+  return float(double(mix(std::uint64_t(t) * 1000003u + std::uint64_t(id) * 131u + std::uint64_t(x)) % 20001) /
+               10000.0 - 1.0) * 0.5f;
+}
+
+// The data of step s: sample i reads row a[i] of E and b[i] of F; labels +-1. Ids are skewed
+// (a Zipf-like mix: half the samples use one of 3 rows) so blocks repeat rows.
+struct batch {
+  std::vector<std::int64_t> a, b;
+  std::vector<float> y;
+};
+batch make_batch(int step, index_t n, index_t rows) {
+  batch B;
+  for (index_t i = 0; i < n; ++i) {
+    std::uint64_t h = mix(std::uint64_t(step) * 7919u + std::uint64_t(i));
+    B.a.push_back(h % 2 ? std::int64_t(h / 2 % 3) : std::int64_t(h / 2 % std::uint64_t(rows)));
+    B.b.push_back(std::int64_t(mix(h) % std::uint64_t(rows)));
+    B.y.push_back(mix(h + 1) % 2 ? 1.f : -1.f);
+  }
+  return B;
+}
+
+constexpr index_t kRows = 37, kDim = 6, kBatch = 40, kBlock = 7, kSteps = 3;
+
+// loss of one block: -sum log_sigmoid(y * sum_x tanh(E[a]) F[b] W) / n
+template <class EA, class FB>
+auto block_loss(EA const& ea, FB const& fb, gx::parameter<float, gx::shape<dyn>>& W,
+                gx::tensor<float, gx::shape<dyn>> const& y) {
+  return -gx::sum(gx::log_sigmoid(gx::sum<1>(gx::tanh(ea) * fb * W) * y)) / float(kBatch);
+}
+
+gx::tensor<float, gx::shape<dyn>> labels(batch const& B, index_t lo, index_t hi) {
+  gx::tensor<float, gx::shape<dyn>> y(gx::dims(hi - lo));
+  for (index_t i = lo; i < hi; ++i) y(i - lo) = B.y[std::size_t(i)];
+  return y;
+}
+gx::tensor<float, gx::shape<dyn, dyn>> full_table(int t) {
+  gx::tensor<float, gx::shape<dyn, dyn>> v(gx::dims(kRows, kDim));
+  for (index_t r = 0; r < kRows; ++r)
+    for (index_t x = 0; x < kDim; ++x) v(r, x) = init_value(t, r, x);
+  return v;
+}
+gx::tensor<float, gx::shape<dyn>> initial_w() {
+  gx::tensor<float, gx::shape<dyn>> w(gx::dims(kDim));
+  for (index_t x = 0; x < kDim; ++x) w(x) = 0.5f + 0.1f * float(x);
+  return w;
+}
+
+// What the distributed run must equal: one process, no MPI, the batch in the same blocks,
+// each block's gradients taken alone and added in block order.
+struct reference {
+  gx::parameter<float, gx::shape<dyn, dyn>, gx::row_major, gx::sparse_grad_t<0>> E{full_table(1)}, F{full_table(2)};
+  gx::parameter<float, gx::shape<dyn>> W{initial_w()};
+  gx::optim::lazy_adam<decltype(E), decltype(F)> opt{{.lr = 0.05}, E, F};
+  gx::optim::adam<decltype(W)> optw{{.lr = 0.02}, W};
+  std::vector<double> losses;
+  std::vector<std::vector<float>> w_grads;
+
+  void step(int s) {
+    batch const B = make_batch(s, kBatch, kRows);
+    std::map<index_t, std::vector<float>> ge, gf;
+    std::vector<float> gw(std::size_t(kDim), 0.f);
+    double loss = 0;
+    auto add_rows = [](auto& st, std::map<index_t, std::vector<float>>& acc) {
+      for (index_t k = 0; k < st.size(); ++k) {
+        auto& row = acc.try_emplace(st.id(k), std::size_t(kDim), 0.f).first->second;
+        for (index_t x = 0; x < kDim; ++x) row[std::size_t(x)] += st.slice_data(k)[x];
+      }
+    };
+    for (index_t lo = 0; lo < kBatch; lo += kBlock) {
+      index_t const hi = std::min(kBatch, lo + kBlock);
+      E.grad().zero();
+      F.grad().zero();
+      W.grad().zero();
+      std::vector<std::int64_t> a(B.a.begin() + lo, B.a.begin() + hi), b(B.b.begin() + lo, B.b.begin() + hi);
+      auto const y = labels(B, lo, hi);
+      loss += double(gx::backward(block_loss(gx::gather<0>(E, a), gx::gather<0>(F, b), W, y)));
+      add_rows(E.grad(), ge);
+      add_rows(F.grad(), gf);
+      for (index_t x = 0; x < kDim; ++x) gw[std::size_t(x)] += W.grad().data()[x];
+    }
+    auto put = [](auto& st, std::map<index_t, std::vector<float>> const& acc) {
+      st.zero();
+      for (auto const& [id, row] : acc) {
+        index_t const slot = st.reserve(id);  // (may move the storage: before data())
+        std::memcpy(st.data() + slot * kDim, row.data(), kDim * sizeof(float));
+      }
+    };
+    put(E.grad(), ge);
+    put(F.grad(), gf);
+    std::memcpy(W.grad().data(), gw.data(), kDim * sizeof(float));
+    W.grad().touch_all();
+    opt.step();
+    optw.step();
+    losses.push_back(loss);
+    w_grads.push_back(gw);
+  }
+};
+
+bool same_bits(float const* a, float const* b, index_t n) { return std::memcmp(a, b, std::size_t(n) * sizeof(float)) == 0; }
+
+// The same training, distributed: E and F sharded, W data parallel.
+void run_distributed(dist::placement place, reference& ref) {
+  dist::communicator world;
+  dist::block_split split(world, kBatch, kBlock);
+  auto init = [](int t) { return [t](index_t id, std::span<float> row) {
+    for (index_t x = 0; x < kDim; ++x) row[std::size_t(x)] = init_value(t, id, x);
+  }; };
+  dist::sharded_table<float> E(world, kRows, kDim, place, init(1)), F(world, kRows, kDim, place, init(2));
+  gx::parameter<float, gx::shape<dyn>> W{initial_w()};
+  gx::optim::lazy_adam opt({.lr = 0.05}, E.local(), F.local());
+  gx::optim::adam optw({.lr = 0.02}, W);
+  dist::data_parallel dp(world, split, W);
+
+  for (int s = 0; s < kSteps; ++s) {
+    batch const B = make_batch(s, kBatch, kRows);
+    std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
+    std::vector<std::int64_t> b(B.b.begin() + split.first_sample(), B.b.begin() + split.end_sample());
+    std::vector<index_t> offsets;
+    for (index_t j = split.first_block(); j <= split.end_block(); ++j)
+      offsets.push_back(split.block_begin(j) - split.first_sample());
+    auto la = E.fetch(a, offsets, split);
+    auto lb = F.fetch(b, offsets, split);
+    std::vector<double> block_losses;
+    for (index_t j = split.first_block(); j < split.end_block(); ++j) {
+      auto const y = labels(B, split.block_begin(j), split.block_end(j));
+      block_losses.push_back(double(gx::backward(
+          block_loss(gx::gather<0>(la.rows(), la.block(j)), gx::gather<0>(lb.rows(), lb.block(j)), W, y))));
+      dp.keep(j);
+    }
+    E.push(la);
+    F.push(lb);
+    dp.reduce();
+    double const loss = dist::ordered_sum(world, split, block_losses);
+    CAPTURE(s);
+    CHECK(std::memcmp(&loss, &ref.losses[std::size_t(s)], sizeof loss) == 0);
+    CHECK(same_bits(W.grad().data(), ref.w_grads[std::size_t(s)].data(), kDim));
+    opt.step();
+    optw.step();
+    opt.zero_grad();
+    optw.zero_grad();
+  }
+  // parameters after k steps: W everywhere, each owned row of E and F
+  CHECK(same_bits(W.value().data(), ref.W.value().data(), kDim));
+  for (index_t k = 0; k < E.owned(); ++k) {
+    CAPTURE(E.global_row(k));
+    CHECK(same_bits(E.local().value().data() + k * kDim, ref.E.value().data() + E.global_row(k) * kDim, kDim));
+    CHECK(same_bits(F.local().value().data() + k * kDim, ref.F.value().data() + F.global_row(k) * kDim, kDim));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dist: sharded tables and data parallel give the bits of one process, at any rank count") {
+  reference ref;
+  for (int s = 0; s < kSteps; ++s) ref.step(s);
+  // the reference really moved (the comparison is not of untouched values)
+  CHECK(ref.losses[0] != ref.losses[kSteps - 1]);
+  SUBCASE("block placement") { run_distributed(dist::placement::block, ref); }
+  SUBCASE("modulo placement") { run_distributed(dist::placement::modulo, ref); }
+}
+
+TEST_CASE("dist: ownership covers every row once") {
+  dist::communicator world;
+  for (auto place : {dist::placement::block, dist::placement::modulo}) {
+    dist::sharded_table<float> T(world, 10, 2, place);
+    index_t total = 0;
+    for (int r = 0; r < world.size(); ++r) total += T.owned_by(r);
+    CHECK(total == 10);
+    for (index_t k = 0; k < T.owned(); ++k) {
+      index_t const id = T.global_row(k);
+      CHECK(T.owner(id) == world.rank());
+      CHECK(T.local_row(id) == k);
+    }
+  }
+}
+
+TEST_CASE("dist: traffic counts touched rows, not the table's size") {
+  dist::communicator world;
+  dist::block_split split(world, kBatch, kBlock);
+  batch const B = make_batch(0, kBatch, kRows);
+  std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
+  std::vector<index_t> offsets;
+  for (index_t j = split.first_block(); j <= split.end_block(); ++j)
+    offsets.push_back(split.block_begin(j) - split.first_sample());
+  std::vector<std::uint64_t> sent;
+  // (modulo placement: the owner of an id does not depend on the table's size)
+  for (index_t rows : {index_t(kRows), index_t(2'000'000)}) {
+    dist::sharded_table<float> E(world, rows, kDim, dist::placement::modulo);
+    world.reset_traffic();
+    auto L = E.fetch(a, offsets, split);
+    for (index_t j = split.first_block(); j < split.end_block(); ++j)
+      gx::backward(gx::sum(gx::gather<0>(L.rows(), L.block(j))));
+    E.push(L);
+    // expected, from this rank's ids: each distinct id owned elsewhere travels there (8 bytes)
+    // and its row comes back; each (block, id) row owned elsewhere goes there with its key
+    std::vector<std::int64_t> distinct;
+    std::uint64_t pairs_remote = 0;
+    for (std::size_t b = 0; b + 1 < offsets.size(); ++b) {
+      std::vector<std::int64_t> in_block(a.begin() + offsets[b], a.begin() + offsets[b + 1]);
+      std::sort(in_block.begin(), in_block.end());
+      in_block.erase(std::unique(in_block.begin(), in_block.end()), in_block.end());
+      for (auto id : in_block) {
+        pairs_remote += E.owner(id) != world.rank();
+        distinct.push_back(id);
+      }
+    }
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::uint64_t ids_remote = 0;
+    for (auto id : distinct) ids_remote += E.owner(id) != world.rank();
+    std::uint64_t const row = kDim * sizeof(float);
+    std::uint64_t const mine[2] = {ids_remote * 8 + pairs_remote * (16 + row), ids_remote * row};
+    auto const all = world.allgather(std::span<std::uint64_t const>(mine, 2), "test");
+    std::uint64_t expected = 0;
+    for (int r = 0; r < world.size(); ++r) expected += all[std::size_t(2 * r)] + all[std::size_t(2 * r + 1)];
+    std::uint64_t const got_mine = world.traffic().bytes_sent;
+    auto const got = world.allgather(std::span<std::uint64_t const>(&got_mine, 1), "test");
+    std::uint64_t total = 0;
+    for (auto g : got) total += g;
+    CHECK(total == expected);
+    if (world.size() == 1) CHECK(total == 0);
+    sent.push_back(total);
+  }
+  CHECK(sent[0] == sent[1]);  // a table 54000 times larger: the same bytes
+}
+
+TEST_CASE("dist: an index out of range on one rank is an error on every rank, and nothing moves") {
+  dist::communicator world;
+  dist::block_split split(world, 8, 2);
+  dist::sharded_table<float> E(world, 5, 3, dist::placement::modulo,
+                               [](index_t id, std::span<float> row) { std::fill(row.begin(), row.end(), float(id)); });
+  std::vector<std::int64_t> ids;
+  std::vector<index_t> offsets{0};
+  for (index_t j = split.first_block(); j < split.end_block(); ++j) {
+    ids.push_back(j % 5);
+    ids.push_back((j + 1) % 5);
+    offsets.push_back(index_t(ids.size()));
+  }
+  int const last = world.size() - 1;
+  if (world.rank() == last && !ids.empty()) ids[1] = 17;
+  bool const has_ids = split.local_blocks() > 0;
+  auto const msg = error_of([&] { E.fetch(ids, offsets, split); });
+  if (world.rank() == last && has_ids)
+    CHECK(msg.find("gradix::dist::sharded_table::fetch: index 17 at position 1 is out of range for axis 0 of extent 5 (rank " +
+                   std::to_string(last) + ")") == 0);
+  else if (split.blocks() > 0)
+    CHECK(msg.find("found bad input") != std::string::npos);
+  // the communicator still works, and the table is as it was
+  CHECK(world.usable());
+  if (world.rank() == last && has_ids) ids[1] = 4;
+  auto L = E.fetch(ids, offsets, split);
+  for (index_t k = 0; k < E.owned(); ++k) CHECK(E.local().value()(k, 0) == float(E.global_row(k)));
+  for (std::size_t i = 0; i < ids.size(); ++i) CHECK(L.rows().value()(L.all()[i], 2) == float(ids[i]));
+}
+
+TEST_CASE("dist: ranks that disagree on a shape all get an error") {
+  dist::communicator world;
+  auto const msg = error_of([&] { dist::sharded_table<float> T(world, 37 + world.rank(), 4); });
+  if (world.size() == 1) CHECK(msg.empty());
+  else
+    CHECK(msg == "gradix::dist::sharded_table: the ranks disagree on the number of rows: rank 0 has 37, rank 1 has 38");
+  auto const msg2 = error_of([&] { dist::block_split s(world, 100, world.rank() == 0 ? 10 : 12); });
+  if (world.size() > 1)
+    CHECK(msg2 == "gradix::dist::block_split: the ranks disagree on the block size: rank 0 has 10, rank 1 has 12");
+}
+
+TEST_CASE("dist: misuse is named") {
+  dist::communicator world;
+  dist::block_split split(world, 4, 4);
+  dist::sharded_table<float> E(world, 5, 2), F(world, 5, 2);
+  std::vector<std::int64_t> ids;
+  std::vector<index_t> offsets{0};
+  if (split.local_blocks() == 1) ids = {1, 2, 1, 3}, offsets.push_back(4);
+  auto L = E.fetch(ids, offsets, split);
+  CHECK(error_of([&] { F.push(L); }) .find("the lookup was fetched from another table") != std::string::npos);
+  E.push(L);
+  CHECK(error_of([&] { E.push(L); }).find("the lookup was already pushed") != std::string::npos);
+  CHECK(error_of([&] { (void)L.block(split.end_block()); }).find("is not one of this rank's blocks") != std::string::npos);
+  CHECK(error_of([&] { dist::sharded_table<float> T(world, 0, 2); }) ==
+        "gradix::dist::sharded_table: a table of 0 x 2 (both extents must be > 0)");
+  gx::parameter<float, gx::shape<dyn>> W{initial_w()};
+  dist::data_parallel dp(world, split, W);
+  CHECK(error_of([&] { dp.keep(split.end_block()); }).find("is not one of this rank's blocks") != std::string::npos);
+  auto const msg = error_of([&] { dp.reduce(); });
+  if (split.local_blocks() == 1) CHECK(msg.find("block 0 was not kept on rank") != std::string::npos);
+  else CHECK(msg.find("found bad input") != std::string::npos);
+}
+
+int main(int argc, char** argv) {
+  dist::environment env(argc, argv);
+  doctest::Context ctx(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank > 0) ctx.setOption("minimal", true);  // rank 0 prints the summary; the others their failures
+  int rc = ctx.run();
+  // every rank's verdict: one failing rank fails the run on all of them
+  int any = rc != 0, all = 0;
+  MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return all;
+}
