@@ -23,7 +23,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 # shellcheck source=tools/deps.sh
 source tools/deps.sh
-packages=(meson ninja-build g++ libboost-dev doctest-dev cmake pkg-config libopenblas-dev libboost-context-dev)
+packages=(meson ninja-build g++ libboost-dev doctest-dev cmake pkg-config libopenblas-dev libboost-context-dev
+  libopenmpi-dev openmpi-bin)
 build=${GRADIX_BUILD_DIR:-build}
 if [ -z "${CXX:-}" ] && [ ! -f "$build/build.ninja" ]; then
   packages+=(clang-16)
