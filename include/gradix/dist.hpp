@@ -241,18 +241,31 @@ class communicator {
     return in;
   }
 
-  /// All-to-all-v of `count[d]` items of `type` (extent `bytes` each) to each rank d.
-  void alltoallv(void const* send, std::vector<std::int64_t> const& scount, void* recv,
-                 std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what) {
+  /// A posted all-to-all-v: its counts live here until it completes.
+  struct exchange {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<int> sc, sd, rc, rd;
+  };
+  /// Posts an all-to-all-v of `scount[d]` items of `type` (extent `bytes` each) to each rank
+  /// d, from consecutive places of `send`, into consecutive places of `recv`; wait() or
+  /// test() finishes it. The buffers must stay until then. `rdispl` (optional) places rank
+  /// s's items at recv + rdispl[s] instead.
+  void post(exchange& x, void const* send, std::vector<std::int64_t> const& scount, void* recv,
+            std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what,
+            std::vector<std::int64_t> const* rdispl = nullptr) {
     require_usable(what);
-    std::vector<int> sc(static_cast<std::size_t>(size_)), sd(static_cast<std::size_t>(size_)), rc(static_cast<std::size_t>(size_)), rd(static_cast<std::size_t>(size_));
+    auto const n = static_cast<std::size_t>(size_);
+    x.sc.assign(n, 0);
+    x.sd.assign(n, 0);
+    x.rc.assign(n, 0);
+    x.rd.assign(n, 0);
     std::int64_t so = 0, ro = 0;
     for (int r = 0; r < size_; ++r) {
       auto const i = std::size_t(r);
-      sc[i] = detail::to_int_count(scount[i], what, "MPI_Ialltoallv");
-      rc[i] = detail::to_int_count(rcount[i], what, "MPI_Ialltoallv");
-      sd[i] = detail::to_int_count(so, what, "MPI_Ialltoallv");
-      rd[i] = detail::to_int_count(ro, what, "MPI_Ialltoallv");
+      x.sc[i] = detail::to_int_count(scount[i], what, "MPI_Ialltoallv");
+      x.rc[i] = detail::to_int_count(rcount[i], what, "MPI_Ialltoallv");
+      x.sd[i] = detail::to_int_count(so, what, "MPI_Ialltoallv");
+      x.rd[i] = detail::to_int_count(rdispl ? (*rdispl)[i] : ro, what, "MPI_Ialltoallv");
       so += scount[i];
       ro += rcount[i];
       if (r != rank_) {
@@ -261,10 +274,24 @@ class communicator {
         traffic_.messages_sent += scount[i] > 0 ? 1 : 0;
       }
     }
-    MPI_Request req;
-    check(MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm_, &req),
+    check(MPI_Ialltoallv(send, x.sc.data(), x.sd.data(), type, recv, x.rc.data(), x.rd.data(), type, comm_, &x.req),
           "MPI_Ialltoallv");
-    wait(req, "MPI_Ialltoallv", what);
+  }
+  /// Lets posted exchanges progress (MPI moves nonblocking collectives inside its calls).
+  void test(exchange& x) {
+    if (x.req == MPI_REQUEST_NULL || broken_) return;
+    int done = 0;
+    check(MPI_Test(&x.req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  }
+  void wait(exchange& x, char const* what) {
+    if (x.req != MPI_REQUEST_NULL) wait(x.req, "MPI_Ialltoallv", what);
+  }
+  /// A blocking all-to-all-v (post, then wait with the deadline).
+  void alltoallv(void const* send, std::vector<std::int64_t> const& scount, void* recv,
+                 std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what) {
+    exchange x;
+    post(x, send, scount, recv, rcount, type, bytes, what);
+    wait(x, what);
   }
 
   /// Checks that every rank passed the same `values` (shapes, options): otherwise every rank
@@ -629,21 +656,26 @@ class sharded_table {
 
 struct data_parallel_options {
   /// true: dense gradients are summed over blocks in global block order (the same bits at
-  /// any rank count; each rank sends its blocks' gradients for each other rank's share of
-  /// the elements, then gathers the sums). false: each rank sums its own blocks and one
-  /// MPI_Allreduce adds the ranks' sums (less traffic; the bits depend on the rank count).
+  /// any rank count; each block's gradient travels in shares, one per rank, as soon as it is
+  /// kept, and each rank sums its share over all blocks, then gathers the sums). false: each
+  /// rank sums its own blocks and one MPI_Allreduce adds the ranks' sums (less traffic; the
+  /// bits depend on the rank count).
   bool exact = true;
 };
 
 /// Dense parameters replicated on every rank, their gradients summed over the global batch.
-/// After each block's backward, `keep(j)` takes the gradients of block j (and clears them);
-/// `reduce()` writes the sum over all blocks of the batch into every rank's gradients.
+/// After each block's backward, `keep(j)` takes the gradients of block j (and clears them),
+/// and in exact mode sends them on their way at once, so the exchange of block j overlaps
+/// the backward of block j+1; `reduce()` writes the sum over all blocks of the batch into
+/// every rank's gradients. Blocks are kept in increasing order. The exchanges run on a
+/// private copy of the communicator (`comm()`, with its own traffic counter), so that other
+/// collectives (a sharded table's fetch and push) may come between keep and reduce.
 template <class T>
 class data_parallel {
  public:
   template <class... P>
   data_parallel(communicator& c, block_split const& split, data_parallel_options o, P&... params)
-      : c_(&c), split_(split), o_(o) {
+      : own_(c.get(), c.options()), c_(&own_), split_(split), o_(o) {
     static_assert(sizeof...(P) > 0, "gradix::dist::data_parallel: give it the dense parameters");
     static_assert((std::is_same_v<typename P::value_type, T> && ...),
                   "gradix::dist::data_parallel: every parameter must have the element type T");
@@ -658,24 +690,43 @@ class data_parallel {
     sizes.push_back(o.exact ? 1 : 0);
     names.push_back("data_parallel_options::exact");
     c.agree(sizes, names, "gradix::dist::data_parallel");
-    kept_.assign(std::size_t(o_.exact ? split.local_blocks() : 1) * std::size_t(total_), T(0));
-    have_.assign(std::size_t(split.local_blocks()), false);
+    int const R = c.size();
+    index_t const B = split.blocks();
+    most_ = (B + R - 1) / R;
+    for (int d = 0; d <= R; ++d) lo_.push_back(total_ * d / R);
+    for (int s = 0; s < R; ++s) blocks_of_.push_back(B * (s + 1) / R - B * s / R);
+    if (o_.exact) {
+      kept_.assign(std::size_t(split.local_blocks()) * std::size_t(total_), T(0));
+      index_t const w = lo_[std::size_t(c.rank()) + 1] - lo_[std::size_t(c.rank())];
+      recv_.assign(std::size_t(most_) * std::size_t(R) * std::size_t(w), T(0));
+      ex_.resize(std::size_t(most_));
+    } else {
+      kept_.assign(std::size_t(total_), T(0));
+    }
   }
   template <class... P>
     requires(sizeof...(P) > 0 && (!std::is_same_v<std::remove_cvref_t<P>, data_parallel_options> && ...))
   data_parallel(communicator& c, block_split const& split, P&... params)
       : data_parallel(c, split, data_parallel_options{}, params...) {}
+  data_parallel(data_parallel const&) = delete;
+  data_parallel& operator=(data_parallel const&) = delete;
 
-  /// Takes the current gradients as block j's (global index, one of this rank's blocks) and
-  /// clears them, for the next block's backward.
+  /// The private communicator its exchanges run on (traffic() counts them).
+  communicator& comm() { return own_; }
+
+  /// Takes the current gradients as block j's (global index: the next of this rank's blocks)
+  /// and clears them, for the next block's backward. Exact mode: posts block j's exchange.
   void keep(index_t j) {
     char const* what = "gradix::dist::data_parallel::keep";
     if (j < split_.first_block() || j >= split_.end_block())
       gradix::detail::fail(what, ": block ", j, " is not one of this rank's blocks [", split_.first_block(), ", ",
                            split_.end_block(), ")");
-    auto const b = std::size_t(j - split_.first_block());
-    if (have_[b]) gradix::detail::fail(what, ": block ", j, " was already kept");
-    T* dst = kept_.data() + (o_.exact ? b * std::size_t(total_) : 0);
+    index_t const b = j - split_.first_block();
+    if (b < kept_count_) gradix::detail::fail(what, ": block ", j, " was already kept");
+    if (b > kept_count_)
+      gradix::detail::fail(what, ": blocks are kept in order: block ", split_.first_block() + kept_count_,
+                           " comes before block ", j);
+    T* dst = kept_.data() + (o_.exact ? std::size_t(b) * std::size_t(total_) : 0);
     for (auto& e : params_) {
       if (o_.exact) std::memcpy(dst, e.grad, std::size_t(e.size) * sizeof(T));
       else
@@ -683,23 +734,24 @@ class data_parallel {
       dst += e.size;
       e.zero();
     }
-    have_[b] = true;
+    if (o_.exact) post_block(b, true);
+    ++kept_count_;
+    for (auto& x : ex_) c_->test(x);
   }
 
   /// Writes the sum over every block of the batch into each parameter's gradient (all of it
-  /// touched). Collective; every block of this rank must have been kept.
+  /// touched). Collective; every block of this rank must have been kept. If one was not, every
+  /// rank throws and no gradient is written.
   void reduce() {
     char const* what = "gradix::dist::data_parallel::reduce";
     std::string bad;
-    for (std::size_t b = 0; b < have_.size() && bad.empty(); ++b)
-      if (!have_[b])
-        bad = std::string(what) + ": block " + std::to_string(split_.first_block() + index_t(b)) +
-              " was not kept on rank " + std::to_string(c_->rank());
+    if (kept_count_ < split_.local_blocks())
+      bad = std::string(what) + ": block " + std::to_string(split_.first_block() + kept_count_) +
+            " was not kept on rank " + std::to_string(c_->rank());
     int const R = c_->size();
     std::vector<T> sum(static_cast<std::size_t>(total_));
     if (!o_.exact) {
-      auto const ok = c_->exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
-      (void)ok;
+      c_->exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
       MPI_Request req;
       c_->check(MPI_Iallreduce(kept_.data(), sum.data(), detail::to_int_count(total_, what, "MPI_Iallreduce"),
                                detail::mpi_type<T>(), MPI_SUM, c_->get(), &req),
@@ -707,37 +759,26 @@ class data_parallel {
       c_->wait(req, "MPI_Iallreduce", what);
       std::fill(kept_.begin(), kept_.end(), T(0));
     } else {
-      // rank d sums the elements [total d / R, total (d+1) / R) over all blocks, in order
-      auto lo = [&](int d) { return total_ * d / R; };
-      index_t const mine = split_.local_blocks();
-      std::vector<std::int64_t> scount(static_cast<std::size_t>(R)), rcount(static_cast<std::size_t>(R));
-      for (int d = 0; d < R; ++d) scount[std::size_t(d)] = mine * (lo(d + 1) - lo(d));
-      auto const rc = c_->exchange_counts(scount, bad.empty(), bad, what);
-      std::vector<T> send(std::size_t(mine) * std::size_t(total_));
-      {
-        std::size_t at = 0;
-        for (int d = 0; d < R; ++d)
-          for (index_t b = 0; b < mine; ++b) {
-            T const* src = kept_.data() + std::size_t(b) * std::size_t(total_) + std::size_t(lo(d));
-            std::copy(src, src + (lo(d + 1) - lo(d)), send.data() + at);
-            at += std::size_t(lo(d + 1) - lo(d));
-          }
-      }
-      std::int64_t const nrecv = std::accumulate(rc.begin(), rc.end(), std::int64_t(0));
-      std::vector<T> recv(static_cast<std::size_t>(nrecv));
-      c_->alltoallv(send.data(), scount, recv.data(), rc, detail::mpi_type<T>(), sizeof(T), what);
-      // the received blocks come by rank, each rank's in block order: global block order
-      index_t const w = lo(c_->rank() + 1) - lo(c_->rank());
-      std::vector<T> part(std::size_t(w), T(0));
-      for (std::int64_t at = 0; at < nrecv; at += w)
-        for (index_t x = 0; x < w; ++x) part[std::size_t(x)] += recv[std::size_t(at + x)];
+      // the exchanges every rank posts: one per block of the rank with the most blocks (a
+      // rank without its k-th block sends nothing in exchange k, a block not kept sends zeros)
+      for (index_t b = kept_count_; b < most_; ++b) post_block(b, b < split_.local_blocks());
+      for (auto& x : ex_) c_->wait(x, what);
+      kept_count_ = 0;
+      c_->exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
+      // my share, summed over the blocks in global block order: rank by rank, each rank's in order
+      int const me = c_->rank();
+      index_t const w = lo_[std::size_t(me) + 1] - lo_[std::size_t(me)];
+      std::vector<T> part(static_cast<std::size_t>(w), T(0));
+      for (int s = 0; s < R; ++s)
+        for (index_t k = 0; k < blocks_of_[std::size_t(s)]; ++k) {
+          T const* src = recv_.data() + (std::size_t(k) * std::size_t(R) + std::size_t(s)) * std::size_t(w);
+          for (index_t x = 0; x < w; ++x) part[std::size_t(x)] += src[x];
+        }
       // everyone gets every share
-      std::vector<std::int64_t> counts(static_cast<std::size_t>(R));
-      for (int d = 0; d < R; ++d) counts[std::size_t(d)] = lo(d + 1) - lo(d);
       std::vector<int> ic(static_cast<std::size_t>(R)), id(static_cast<std::size_t>(R));
       for (int d = 0; d < R; ++d) {
-        ic[std::size_t(d)] = detail::to_int_count(counts[std::size_t(d)], what, "MPI_Iallgatherv");
-        id[std::size_t(d)] = detail::to_int_count(lo(d), what, "MPI_Iallgatherv");
+        ic[std::size_t(d)] = detail::to_int_count(lo_[std::size_t(d) + 1] - lo_[std::size_t(d)], what, "MPI_Iallgatherv");
+        id[std::size_t(d)] = detail::to_int_count(lo_[std::size_t(d)], what, "MPI_Iallgatherv");
       }
       MPI_Request req;
       c_->check(MPI_Iallgatherv(part.data(), int(w), detail::mpi_type<T>(), sum.data(), ic.data(), id.data(),
@@ -745,16 +786,34 @@ class data_parallel {
                 "MPI_Iallgatherv");
       c_->wait(req, "MPI_Iallgatherv", what);
     }
+    kept_count_ = 0;
     T const* src = sum.data();
     for (auto& e : params_) {
       std::memcpy(e.grad, src, std::size_t(e.size) * sizeof(T));
       e.touch_all();
       src += e.size;
     }
-    std::fill(have_.begin(), have_.end(), false);
   }
 
  private:
+  // Exchange k: this rank's k-th block (if `has` it) sends share [lo_d, lo_{d+1}) to rank d;
+  // rank s's k-th block (if it has one) arrives in recv_ at (k, s).
+  void post_block(index_t k, bool has) {
+    char const* what = "gradix::dist::data_parallel::keep";
+    int const R = c_->size(), me = c_->rank();
+    index_t const w = lo_[std::size_t(me) + 1] - lo_[std::size_t(me)];
+    std::vector<std::int64_t> sc(static_cast<std::size_t>(R)), rc(static_cast<std::size_t>(R)),
+        rd(static_cast<std::size_t>(R));
+    for (int d = 0; d < R; ++d) {
+      sc[std::size_t(d)] = has ? lo_[std::size_t(d) + 1] - lo_[std::size_t(d)] : 0;
+      rc[std::size_t(d)] = k < blocks_of_[std::size_t(d)] ? w : 0;
+      rd[std::size_t(d)] = std::int64_t(d) * w;
+    }
+    T const* send = k < split_.local_blocks() ? kept_.data() + std::size_t(k) * std::size_t(total_) : nullptr;
+    // rank s's share of exchange k lands at (k, s); a rank without a k-th block sends 0
+    c_->post(ex_[std::size_t(k)], send, sc, recv_.data() + std::size_t(k) * std::size_t(R) * std::size_t(w), rc,
+             detail::mpi_type<T>(), sizeof(T), what, &rd);
+  }
   struct entry {
     T* grad;
     index_t size;
@@ -766,13 +825,15 @@ class data_parallel {
     params_.push_back({g->data(), index_t(g->dense().size()), [g] { g->zero(); }, [g] { g->touch_all(); }});
     total_ += params_.back().size;
   }
+  communicator own_;
   communicator* c_;
   block_split split_;
   data_parallel_options o_;
   std::vector<entry> params_;
-  index_t total_ = 0;
-  std::vector<T> kept_;
-  std::vector<bool> have_;
+  index_t total_ = 0, most_ = 0, kept_count_ = 0;
+  std::vector<index_t> lo_, blocks_of_;
+  std::vector<T> kept_, recv_;
+  std::vector<communicator::exchange> ex_;
 };
 
 template <class P0, class... P>
