@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -209,6 +210,70 @@ struct reader {
 
 inline std::string errno_text(int e) { return std::strerror(e); }
 
+inline std::string read_all(std::string const& path, char const* what) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(what, ": cannot open ", path, ": ", errno_text(errno));
+  std::string buf;
+  char chunk[1 << 16];
+  std::size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.append(chunk, got);
+  bool const bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) fail(what, ": cannot read ", path);
+  return buf;
+}
+
+/// One record of a file: its header, and where its bytes are.
+struct record {
+  std::string name;
+  std::uint8_t type = 0, layout = 0;
+  std::vector<std::int64_t> extents;
+  std::size_t offset = 0, bytes = 0;
+};
+/// A whole checkpoint file, checked (magic, version, checksum, record framing).
+struct file {
+  std::string buf;
+  std::vector<record> records;
+  unsigned char const* data(record const& r) const { return reinterpret_cast<unsigned char const*>(buf.data()) + r.offset; }
+};
+inline file parse_file(std::string const& path, char const* what) {
+  file out;
+  out.buf = read_all(path, what);
+  std::string const& buf = out.buf;
+  if (buf.size() < 8 + 4 + 4 + 8 || std::memcmp(buf.data(), magic, 8) != 0)
+    fail(what, ": ", path, " is not a gradix checkpoint (no GRADIXCK header)");
+  std::uint64_t stored;
+  std::memcpy(&stored, buf.data() + buf.size() - 8, 8);
+  reader r{buf, path, 8, buf.size() - 8};
+  auto const version = r.get<std::uint32_t>("the header");
+  if (version != format_version)
+    fail(what, ": ", path, ": format version ", version, "; this gradix reads version ", format_version);
+  if (fnv1a(reinterpret_cast<unsigned char const*>(buf.data()), buf.size() - 8) != stored)
+    fail(what, ": ", path, ": the checksum does not match (the file is damaged or truncated)");
+  auto const count = r.get<std::uint32_t>("the header");
+  for (std::uint32_t k = 0; k < count; ++k) {
+    record rec;
+    auto const len = r.get<std::uint32_t>("a record's name");
+    r.need(len, "a record's name");
+    rec.name.assign(buf.data() + r.at, len);
+    r.at += len;
+    rec.type = r.get<std::uint8_t>("a record's header");
+    rec.layout = r.get<std::uint8_t>("a record's header");
+    auto const rank = r.get<std::uint8_t>("a record's header");
+    (void)r.get<std::uint8_t>("a record's header");
+    rec.extents.resize(rank);
+    for (auto& e : rec.extents) e = r.get<std::int64_t>("a record's shape");
+    auto const n = r.get<std::uint64_t>("a record's size");
+    r.need(std::size_t(n), "a record's data");
+    rec.offset = r.at;
+    rec.bytes = std::size_t(n);
+    r.at += std::size_t(n);
+    out.records.push_back(std::move(rec));
+  }
+  if (r.at != r.end) fail(what, ": ", path, ": bytes after the last record (damaged)");
+  return out;
+}
+
 }  // namespace detail::ckpt
 
 /// Named state saved to and loaded from one file: parameter values, tensors and optimizer
@@ -241,6 +306,15 @@ class checkpoint {
     return *this;
   }
 
+  /// Registers a record made by hand (gradix::dist::checkpoint builds its files this way).
+  checkpoint& add_field(detail::ckpt::field f) {
+    if (f.name.empty()) detail::fail("gradix::checkpoint::add: an empty name");
+    if (index_.count(f.name)) detail::fail("gradix::checkpoint::add: the name '", f.name, "' is registered twice");
+    index_.emplace(f.name, fields_.size());
+    fields_.push_back(std::move(f));
+    return *this;
+  }
+
   /// Writes every registered object to `path`: a temporary file next to it, flushed to the
   /// disk, then renamed over `path`. On failure throws `gradix::error` and leaves `path` as it
   /// was (the temporary file is removed).
@@ -269,35 +343,17 @@ class checkpoint {
   /// objects. Throws `gradix::error` (and changes nothing) when the file is not a gradix
   /// checkpoint, is of a newer format, fails its checksum, or when a record is missing, extra,
   /// or differs in element type, layout or shape.
-  void load(std::string const& path) {
-    std::string buf = read_all(path);
-    if (buf.size() < 8 + 4 + 4 + 8 || std::memcmp(buf.data(), detail::ckpt::magic, 8) != 0)
-      detail::fail("gradix::checkpoint::load: ", path, " is not a gradix checkpoint (no GRADIXCK header)");
-    std::uint64_t stored;
-    std::memcpy(&stored, buf.data() + buf.size() - 8, 8);
-    detail::ckpt::reader r{buf, path, 8, buf.size() - 8};
-    auto const version = r.get<std::uint32_t>("the header");
-    if (version != detail::ckpt::format_version)
-      detail::fail("gradix::checkpoint::load: ", path, ": format version ", version, "; this gradix reads version ",
-           detail::ckpt::format_version);
-    if (detail::ckpt::fnv1a(reinterpret_cast<unsigned char const*>(buf.data()), buf.size() - 8) != stored)
-      detail::fail("gradix::checkpoint::load: ", path, ": the checksum does not match (the file is damaged or truncated)");
-    auto const count = r.get<std::uint32_t>("the header");
+  void load(std::string const& path) { prepare_load(path)(); }
+
+  /// load() in two steps: every read and check happens here (and may throw, changing
+  /// nothing); the returned function copies the records in and cannot fail. For loads that
+  /// must succeed everywhere or nowhere (gradix::dist::checkpoint).
+  std::function<void()> prepare_load(std::string const& path) {
+    auto file = std::make_shared<detail::ckpt::file>(detail::ckpt::parse_file(path, "gradix::checkpoint::load"));
     std::vector<std::pair<std::size_t, std::size_t>> plan;  // (field, byte offset)
     std::vector<bool> seen(fields_.size(), false);
-    for (std::uint32_t k = 0; k < count; ++k) {
-      auto const len = r.get<std::uint32_t>("a record's name");
-      r.need(len, "a record's name");
-      std::string name(buf.data() + r.at, len);
-      r.at += len;
-      auto const type = r.get<std::uint8_t>("a record's header");
-      auto const layout = r.get<std::uint8_t>("a record's header");
-      auto const rank = r.get<std::uint8_t>("a record's header");
-      (void)r.get<std::uint8_t>("a record's header");
-      std::vector<std::int64_t> ext(rank);
-      for (auto& e : ext) e = r.get<std::int64_t>("a record's shape");
-      auto const n = r.get<std::uint64_t>("a record's size");
-      r.need(std::size_t(n), "a record's data");
+    for (auto const& rec : file->records) {
+      auto const& name = rec.name;
       auto it = index_.find(name);
       if (it == index_.end())
         detail::fail("gradix::checkpoint::load: ", path, ": record '", name,
@@ -305,28 +361,32 @@ class checkpoint {
       auto const& f = fields_[it->second];
       if (seen[it->second]) detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' appears twice");
       seen[it->second] = true;
-      if (type != f.type)
-        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' holds ", detail::ckpt::type_name(type),
+      if (rec.type != f.type)
+        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' holds ", detail::ckpt::type_name(rec.type),
              " elements, the program's object ", detail::ckpt::type_name(f.type));
-      if (ext != f.extents)
-        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' has shape ", detail::ckpt::shape_text(ext),
-             ", the program's object ", detail::ckpt::shape_text(f.extents));
-      if (layout != f.layout)
-        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' is ", layout ? "column" : "row",
+      if (rec.extents != f.extents)
+        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' has shape ",
+             detail::ckpt::shape_text(rec.extents), ", the program's object ", detail::ckpt::shape_text(f.extents));
+      if (rec.layout != f.layout)
+        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' is ", rec.layout ? "column" : "row",
              "-major, the program's object ", f.layout ? "column" : "row", "-major");
-      if (n != f.bytes().second)
-        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' has ", n, " bytes of data, expected ",
-             f.bytes().second);
-      plan.emplace_back(it->second, r.at);
-      r.at += std::size_t(n);
+      if (rec.bytes != f.bytes().second)
+        detail::fail("gradix::checkpoint::load: ", path, ": record '", name, "' has ", rec.bytes,
+             " bytes of data, expected ", f.bytes().second);
+      plan.emplace_back(it->second, rec.offset);
     }
-    if (r.at != r.end) detail::fail("gradix::checkpoint::load: ", path, ": bytes after the last record (damaged)");
     for (std::size_t i = 0; i < fields_.size(); ++i)
       if (!seen[i])
         detail::fail("gradix::checkpoint::load: ", path, ": no record '", fields_[i].name, "' (the model differs from the one saved)");
     // every check passed: nothing below can fail
-    for (auto [i, at] : plan) fields_[i].assign(reinterpret_cast<unsigned char const*>(buf.data()) + at);
+    return [this, file, plan = std::move(plan)] {
+      for (auto [i, at] : plan) fields_[i].assign(reinterpret_cast<unsigned char const*>(file->buf.data()) + at);
+    };
   }
+
+  /// The registered records (name, element type, shape, and how to read and write their
+  /// bytes), in order.
+  std::vector<detail::ckpt::field> const& fields() const { return fields_; }
 
   /// The registered record names, in order.
   std::vector<std::string> names() const {
@@ -336,19 +396,8 @@ class checkpoint {
   }
 
  private:
-  static std::string read_all(std::string const& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) detail::fail("gradix::checkpoint::load: cannot open ", path, ": ", detail::ckpt::errno_text(errno));
-    std::string buf;
-    char chunk[1 << 16];
-    std::size_t got;
-    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.append(chunk, got);
-    bool const bad = std::ferror(f) != 0;
-    std::fclose(f);
-    if (bad) detail::fail("gradix::checkpoint::load: cannot read ", path);
-    return buf;
-  }
-
+  public:
+  /// Writes `data` to `path` through a temporary file, flushed, then renamed (save's method).
   static void write_atomically(std::string const& path, std::string const& data) {
 #if defined(GRADIX_CHECKPOINT_POSIX)
     std::string const tmp = path + ".tmp." + std::to_string(long(::getpid()));
@@ -389,6 +438,8 @@ class checkpoint {
 #endif
   }
 
+
+ private:
   std::vector<detail::ckpt::field> fields_;
   std::unordered_map<std::string, std::size_t> index_;
 };

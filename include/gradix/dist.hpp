@@ -63,6 +63,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -196,7 +197,9 @@ class communicator {
       if (opt_.timeout > 0 && (spins & 63) == 0 &&
           std::chrono::duration<double>(clock::now() - start).count() > opt_.timeout) {
         broken_ = true;
-        gradix::detail::fail(what, ": ", call, " timed out after ", opt_.timeout, " s on rank ", rank_,
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", opt_.timeout);
+        gradix::detail::fail(what, ": ", call, " timed out after ", secs, " s on rank ", rank_,
                              " of ", size_, " (another rank died, failed or skipped this exchange)");
       }
     }

@@ -13,6 +13,14 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "model.hpp"
+
+#include <gradix/dist/checkpoint.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -20,10 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace gx = gradix;
-namespace dist = gradix::dist;
-using gx::dyn;
-using gx::index_t;
+using namespace dist_model;
 
 namespace {
 
@@ -34,62 +39,6 @@ std::string error_of(auto&& f) {
     return e.what();
   }
   return "";
-}
-
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-// a deterministic initial value of element x of row id of table t
-float init_value(int t, index_t id, index_t x) {
-  return float(double(mix(std::uint64_t(t) * 1000003u + std::uint64_t(id) * 131u + std::uint64_t(x)) % 20001) /
-               10000.0 - 1.0) * 0.5f;
-}
-
-// The data of step s: sample i reads row a[i] of E and b[i] of F; labels +-1. Ids are skewed
-// (a Zipf-like mix: half the samples use one of 3 rows) so blocks repeat rows.
-struct batch {
-  std::vector<std::int64_t> a, b;
-  std::vector<float> y;
-};
-batch make_batch(int step, index_t n, index_t rows) {
-  batch B;
-  for (index_t i = 0; i < n; ++i) {
-    std::uint64_t h = mix(std::uint64_t(step) * 7919u + std::uint64_t(i));
-    B.a.push_back(h % 2 ? std::int64_t(h / 2 % 3) : std::int64_t(h / 2 % std::uint64_t(rows)));
-    B.b.push_back(std::int64_t(mix(h) % std::uint64_t(rows)));
-    B.y.push_back(mix(h + 1) % 2 ? 1.f : -1.f);
-  }
-  return B;
-}
-
-constexpr index_t kRows = 37, kDim = 6, kBatch = 40, kBlock = 7, kSteps = 3;
-
-// loss of one block: -sum log_sigmoid(y * sum_x tanh(E[a]) F[b] W) / n
-template <class EA, class FB>
-auto block_loss(EA const& ea, FB const& fb, gx::parameter<float, gx::shape<dyn>>& W,
-                gx::tensor<float, gx::shape<dyn>> const& y) {
-  return -gx::sum(gx::log_sigmoid(gx::sum<1>(gx::tanh(ea) * fb * W) * y)) / float(kBatch);
-}
-
-gx::tensor<float, gx::shape<dyn>> labels(batch const& B, index_t lo, index_t hi) {
-  gx::tensor<float, gx::shape<dyn>> y(gx::dims(hi - lo));
-  for (index_t i = lo; i < hi; ++i) y(i - lo) = B.y[std::size_t(i)];
-  return y;
-}
-gx::tensor<float, gx::shape<dyn, dyn>> full_table(int t) {
-  gx::tensor<float, gx::shape<dyn, dyn>> v(gx::dims(kRows, kDim));
-  for (index_t r = 0; r < kRows; ++r)
-    for (index_t x = 0; x < kDim; ++x) v(r, x) = init_value(t, r, x);
-  return v;
-}
-gx::tensor<float, gx::shape<dyn>> initial_w() {
-  gx::tensor<float, gx::shape<dyn>> w(gx::dims(kDim));
-  for (index_t x = 0; x < kDim; ++x) w(x) = 0.5f + 0.1f * float(x);
-  return w;
 }
 
 // What the distributed run must equal: one process, no MPI, the batch in the same blocks,
@@ -150,46 +99,19 @@ bool same_bits(float const* a, float const* b, index_t n) { return std::memcmp(a
 // are then only close to the reference; the tables stay exact).
 void run_distributed(dist::placement place, reference& ref, bool exact = true) {
   dist::communicator world;
-  dist::block_split split(world, kBatch, kBlock);
-  auto init = [](int t) { return [t](index_t id, std::span<float> row) {
-    for (index_t x = 0; x < kDim; ++x) row[std::size_t(x)] = init_value(t, id, x);
-  }; };
-  dist::sharded_table<float> E(world, kRows, kDim, place, init(1)), F(world, kRows, kDim, place, init(2));
-  gx::parameter<float, gx::shape<dyn>> W{initial_w()};
-  gx::optim::lazy_adam opt({.lr = 0.05}, E.local(), F.local());
-  gx::optim::adam optw({.lr = 0.02}, W);
-  dist::data_parallel dp(world, split, dist::data_parallel_options{.exact = exact}, W);
-
+  sharded_model M(world, place, exact);
+  auto& E = M.E;
+  auto& F = M.F;
+  auto& W = M.W;
   for (int s = 0; s < kSteps; ++s) {
-    batch const B = make_batch(s, kBatch, kRows);
-    std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
-    std::vector<std::int64_t> b(B.b.begin() + split.first_sample(), B.b.begin() + split.end_sample());
-    std::vector<index_t> offsets;
-    for (index_t j = split.first_block(); j <= split.end_block(); ++j)
-      offsets.push_back(split.block_begin(j) - split.first_sample());
-    auto la = E.fetch(a, offsets, split);
-    auto lb = F.fetch(b, offsets, split);
-    std::vector<double> block_losses;
-    for (index_t j = split.first_block(); j < split.end_block(); ++j) {
-      auto const y = labels(B, split.block_begin(j), split.block_end(j));
-      block_losses.push_back(double(gx::backward(
-          block_loss(gx::gather<0>(la.rows(), la.block(j)), gx::gather<0>(lb.rows(), lb.block(j)), W, y))));
-      dp.keep(j);
-    }
-    E.push(la);
-    F.push(lb);
-    dp.reduce();
-    double const loss = dist::ordered_sum(world, split, block_losses);
+    double const loss = M.gradients(s);
     CAPTURE(s);
     CHECK(std::memcmp(&loss, &ref.losses[std::size_t(s)], sizeof loss) == 0);
     if (exact) CHECK(same_bits(W.grad().data(), ref.w_grads[std::size_t(s)].data(), kDim));
     for (index_t x = 0; x < kDim; ++x)
       CHECK(W.grad().data()[x] == doctest::Approx(ref.w_grads[std::size_t(s)][std::size_t(x)]).epsilon(1e-5));
     if (!exact) return;  // (the parameters part from the reference's bits after one step)
-    opt.step();
-    optw.step();
-    opt.zero_grad();
-    optw.zero_grad();
+    M.update();
   }
   // parameters after k steps: W everywhere, each owned row of E and F
   CHECK(same_bits(W.value().data(), ref.W.value().data(), kDim));
@@ -354,6 +276,99 @@ TEST_CASE("dist: misuse is named") {
     CHECK(error_of([&] { dv.keep(two.first_block() + 1); }) ==
           "gradix::dist::data_parallel::keep: blocks are kept in order: block " + std::to_string(two.first_block()) +
               " comes before block " + std::to_string(two.first_block() + 1));
+}
+
+namespace {
+// A directory all ranks share (rank 0's pid names it), removed at the end.
+struct shared_dir {
+  dist::communicator& c;
+  std::filesystem::path path;
+  explicit shared_dir(dist::communicator& w) : c(w) {
+    std::int64_t const pid = ::getpid();
+    auto const all = c.allgather(std::span<std::int64_t const>(&pid, 1), "test");
+    path = std::filesystem::temp_directory_path() / ("gradix_dist_" + std::to_string(all[0]));
+    if (c.rank() == 0) std::filesystem::create_directories(path);
+    c.allgather(std::span<std::int64_t const>(&pid, 1), "test");  // (a barrier)
+  }
+  ~shared_dir() {
+    c.allgather(std::span<std::int64_t const>(&zero, 1), "test");  // (a barrier)
+    if (c.rank() == 0) std::filesystem::remove_all(path);
+  }
+  std::int64_t zero = 0;
+};
+std::vector<float> values_of(sharded_model& M) {
+  std::vector<float> v(M.E.local().value().data(), M.E.local().value().data() + M.E.owned() * kDim);
+  v.insert(v.end(), M.F.local().value().data(), M.F.local().value().data() + M.F.owned() * kDim);
+  v.insert(v.end(), M.W.value().data(), M.W.value().data() + kDim);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("dist: checkpoints round trip, and a bad one changes nothing on any rank") {
+  dist::communicator world;
+  shared_dir dir(world);
+  std::string const path = (dir.path / "ck").string();
+  sharded_model M(world);
+  dist::checkpoint ck(world);
+  ck.add_table("E", M.E).add_table("F", M.F).add_table_optimizer("opt", M.opt, M.E, M.F);
+  ck.add("W", M.W).add("optw", M.optw);
+  M.gradients(0);
+  M.update();
+  ck.save(path);
+  auto const saved = values_of(M);
+  M.gradients(1);
+  M.update();
+  auto const moved = values_of(M);
+  CHECK(moved != saved);
+
+  SUBCASE("round trip") {
+    ck.load(path);
+    CHECK(values_of(M) == saved);
+    // and the next step is the one the saved run would take
+    M.gradients(1);
+    M.update();
+    CHECK(values_of(M) == moved);
+  }
+  SUBCASE("a damaged shard file") {
+    if (world.rank() == 0)
+      for (auto const& e : std::filesystem::directory_iterator(dir.path))
+        if (e.path().filename().string().rfind("ck.shard-0-of-", 0) == 0) {
+          std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+          f.seekp(40);
+          f.put('\x7f');
+        }
+    std::int64_t const z = 0;
+    world.allgather(std::span<std::int64_t const>(&z, 1), "test");
+    auto const msg = error_of([&] { ck.load(path); });
+    CHECK(msg.find("checksum does not match") != std::string::npos);  // every rank reads shard 0
+    CHECK(values_of(M) == moved);
+  }
+  SUBCASE("a missing shard file") {
+    if (world.rank() == 0)
+      for (auto const& e : std::filesystem::directory_iterator(dir.path))
+        if (e.path().filename().string().rfind("ck.shard-" + std::to_string(world.size() - 1) + "-of-", 0) == 0)
+          std::filesystem::remove(e.path());
+    std::int64_t const z = 0;
+    world.allgather(std::span<std::int64_t const>(&z, 1), "test");
+    auto const msg = error_of([&] { ck.load(path); });
+    CHECK(msg.find("cannot open") != std::string::npos);
+    CHECK(values_of(M) == moved);
+  }
+  SUBCASE("a table of another shape") {
+    dist::sharded_table<float> G(world, kRows + 1, kDim);
+    dist::checkpoint other(world);
+    other.add_table("E", G).add_table("F", M.F).add_table_optimizer("opt", M.opt, G, M.F);
+    other.add("W", M.W).add("optw", M.optw);
+    auto const msg = error_of([&] { other.load(path); });
+    CHECK(msg.find("table 'E' was saved with 37 x 6 elements, the program's has 38 x 6") != std::string::npos);
+    CHECK(values_of(M) == moved);
+  }
+  SUBCASE("a save that cannot write keeps the old checkpoint") {
+    auto const msg = error_of([&] { ck.save((dir.path / "no_such_dir" / "ck").string()); });
+    CHECK(msg.find("gradix::checkpoint::save: cannot create") != std::string::npos);
+    ck.load(path);
+    CHECK(values_of(M) == saved);
+  }
 }
 
 int main(int argc, char** argv) {

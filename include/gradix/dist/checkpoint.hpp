@@ -1,0 +1,345 @@
+#pragma once
+/// \file
+/// Checkpoints of a distributed run (docs/distributed.md, "Checkpoints"), loadable at any
+/// rank count.
+///
+///     gx::dist::checkpoint ck(world);
+///     ck.add_table("E", E).add_table_optimizer("opt", opt, E);   // opt steps E.local()
+///     ck.add("W", W).add("optw", optw);                          // replicated objects
+///     ck.save("run.gxck");                                       // collective
+///     ck.load("run.gxck");                                       // collective, any rank count
+///
+/// Files: `PATH` is the manifest, a gx::checkpoint file (docs/checkpoint.md) that rank 0
+/// writes last; it holds the rank count and generation of the save, each table's shape, the
+/// replicated objects and the table optimizers' scalars (step count, options). Each rank r of
+/// R writes its rows to `PATH.shard-r-of-R.gen-G`, also a gx::checkpoint file: the global ids
+/// of its rows (`NAME.ids`), the rows (`NAME`) and the optimizer state of those rows (`opt.m.0`,
+/// `opt.last.0`, ...), row k of each belonging to id k.
+///
+/// Save writes the shard files of a new generation, checks that every rank succeeded, then
+/// rank 0 replaces the manifest (temporary file, fsync, rename): that rename is the commit.
+/// A crash or a failing write before it leaves the previous manifest and its shard files
+/// whole; after it, the previous generation's shard files are removed. Load reads the
+/// manifest and every shard file it names, checks them all (checksums, shapes, every row
+/// present exactly once), and takes the rows that this rank owns under the table's placement
+/// at the current rank count; only when every rank's checks passed does any rank change its
+/// objects. A rank reads every shard file, one at a time (its memory: one shard file and its
+/// own rows twice).
+#include "gradix/checkpoint.hpp"
+#include "gradix/dist.hpp"
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradix::dist {
+
+/// Saves and loads tables (by global row), the optimizers that step them (their per-row
+/// state follows the rows), and replicated objects (parameters, tensors, optimizers; saved
+/// from rank 0). Registration is the same on every rank; the objects must outlive it.
+class checkpoint {
+ public:
+  explicit checkpoint(communicator& c) : c_(&c) {}
+
+  /// A sharded table's rows, as `name`.
+  template <class T>
+  checkpoint& add_table(std::string const& name, sharded_table<T>& t) {
+    check_name(name);
+    table_entry e;
+    e.name = name;
+    e.rows = t.rows();
+    e.dim = t.dim();
+    e.owned = t.owned();
+    e.owner = [&t](index_t id) { return t.owner(id); };
+    e.local_row = [&t](index_t id) { return t.local_row(id); };
+    e.global_row = [&t](index_t k) { return t.global_row(k); };
+    e.address = &t;
+    e.fields.push_back(gradix::detail::ckpt::tensor_field(name, t.local().value()));
+    tables_.push_back(std::move(e));
+    return *this;
+  }
+
+  /// An optimizer that steps the tables' local() parameters, given in the optimizer's order
+  /// (its parameter k is tables[k].local()); add_table each table first. Its per-row state
+  /// (moments, last steps, accumulators) is saved with the rows; its scalars in the manifest.
+  template <class O, class... T>
+  checkpoint& add_table_optimizer(std::string const& name, O& opt, sharded_table<T>&... tables) {
+    static_assert(sizeof...(T) > 0, "gradix::dist::checkpoint::add_table_optimizer: name the tables it steps");
+    static_assert(gradix::detail::ckpt::has_state<O>,
+                  "gradix::dist::checkpoint::add_table_optimizer: takes an optimizer of gradix/optim.hpp");
+    check_name(name);
+    std::vector<table_entry*> which;
+    (which.push_back(find_table(&tables, name)), ...);
+    std::vector<gradix::detail::ckpt::field> fs;
+    opt.visit_state(gradix::detail::ckpt::state_collector{name + ".", &fs});
+    for (auto& f : fs) {
+      // NAME.BASE.K with K a table index and the table's owned rows first: per-row state
+      auto const dot = f.name.find_last_of('.');
+      std::size_t k = which.size();
+      if (dot != std::string::npos && dot + 1 < f.name.size() &&
+          f.name.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+        k = std::stoul(f.name.substr(dot + 1));
+      if (k < which.size() && !f.extents.empty() && f.extents[0] == which[k]->owned &&
+          (f.extents.size() == 1 || (f.extents.size() == 2 && f.extents[1] == which[k]->dim && f.layout == 0))) {
+        which[k]->fields.push_back(std::move(f));
+      } else {
+        replicated_.push_back(std::move(f));
+      }
+    }
+    return *this;
+  }
+
+  /// A replicated object: a parameter, a tensor or an optimizer of replicated parameters. Every
+  /// rank holds the same one; rank 0's is saved, and every rank loads it.
+  template <class X>
+  checkpoint& add(std::string const& name, X& x) {
+    check_name(name);
+    gradix::checkpoint one;
+    one.add(name, x);
+    for (auto const& f : one.fields()) replicated_.push_back(f);
+    return *this;
+  }
+
+  /// Collective: writes this rank's shard file, then (once every rank has) rank 0's manifest.
+  /// Throws gradix::error on every rank if any rank failed; the previous checkpoint is then
+  /// still the one at `path`.
+  void save(std::string const& path) {
+    char const* what = "gradix::dist::checkpoint::save";
+    int const R = c_->size(), me = c_->rank();
+    // a new generation, from rank 0's clock (unique across runs that share the path)
+    std::int64_t gen0 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    if (gen0 <= last_gen_) gen0 = last_gen_ + 1;
+    std::int64_t const gen = c_->allgather(std::span<std::int64_t const>(&gen0, 1), what)[0];
+    std::string const shard = shard_path(path, me, R, gen);
+    std::string err;
+    try {
+      auto ids = ids_tensors();
+      gradix::checkpoint ck;
+      add_shard_fields(ck, ids);
+      ck.save(shard);
+    } catch (gradix::error const& e) {
+      err = e.what();
+    }
+    agree_ok(err, what, "wrote no shard file");
+    // the commit: rank 0's manifest
+    if (me == 0) {
+      try {
+        std::int64_t ranks = R, g = gen;
+        gradix::checkpoint m;
+        std::vector<std::int64_t> shapes;
+        for (auto const& t : tables_) shapes.push_back(t.rows), shapes.push_back(t.dim);
+        manifest_fields(m, ranks, g, shapes);
+        m.save(path);
+      } catch (gradix::error const& e) {
+        err = e.what();
+      }
+    }
+    try {
+      agree_ok(err, what, "could not write the manifest");
+    } catch (...) {
+      std::remove(shard.c_str());
+      throw;
+    }
+    // the previous generation's shard files: rank r removes those numbered r, r + R, ...
+    if (prev_gen_ != 0)
+      for (int s = me; s < prev_ranks_; s += R) std::remove(shard_path(path, s, prev_ranks_, prev_gen_).c_str());
+    prev_gen_ = last_gen_ = gen;
+    prev_ranks_ = R;
+  }
+
+  /// Collective: loads the checkpoint at `path`, saved at any rank count. Throws gradix::error
+  /// on every rank, and changes nothing anywhere, if any rank found a problem.
+  void load(std::string const& path) {
+    char const* what = "gradix::dist::checkpoint::load";
+    std::string err;
+    std::vector<std::function<void()>> commits;
+    std::int64_t ranks = 0, gen = 0;
+    std::vector<std::int64_t> shapes(tables_.size() * 2);
+    gradix::checkpoint m;  // (its commit writes into ranks, gen, shapes and the replicated objects)
+    try {
+      manifest_fields(m, ranks, gen, shapes);
+      // the rank count, generation and table shapes first, to find and check the shards
+      auto f = gradix::detail::ckpt::parse_file(path, what);
+      auto get = [&](char const* name, std::size_t n) {
+        for (auto const& rec : f.records)
+          if (rec.name == name && rec.type == gradix::detail::ckpt::type_code<std::int64_t>() && rec.bytes == 8 * n) {
+            std::vector<std::int64_t> v(n);
+            if (n > 0) std::memcpy(v.data(), f.data(rec), 8 * n);
+            return v;
+          }
+        gradix::detail::fail(what, ": ", path, " is not the manifest of a gradix::dist::checkpoint with these ",
+                             tables_.size(), " tables (no record '", name, "' of ", n, " 64-bit integers)");
+      };
+      std::int64_t const file_ranks = get("gradix.dist.ranks", 1)[0];
+      std::int64_t const file_gen = get("gradix.dist.generation", 1)[0];
+      auto const file_shapes = get("gradix.dist.table_shapes", 2 * tables_.size());
+      if (file_ranks <= 0 || file_ranks > INT_MAX)
+        gradix::detail::fail(what, ": ", path, ": a rank count of ", file_ranks);
+      for (std::size_t t = 0; t < tables_.size(); ++t)
+        if (file_shapes[2 * t] != tables_[t].rows || file_shapes[2 * t + 1] != tables_[t].dim)
+          gradix::detail::fail(what, ": ", path, ": table '", tables_[t].name, "' was saved with ", file_shapes[2 * t],
+                               " x ", file_shapes[2 * t + 1], " elements, the program's has ", tables_[t].rows, " x ",
+                               tables_[t].dim);
+      commits.push_back(m.prepare_load(path));
+      commits.push_back(load_rows(path, int(file_ranks), file_gen));
+    } catch (gradix::error const& e) {
+      err = e.what();
+    }
+    agree_ok(err, what, "changed nothing");
+    for (auto& c : commits) c();
+    prev_gen_ = last_gen_ = gen;
+    prev_ranks_ = int(ranks);
+  }
+
+  /// The shard file of rank r of R in generation gen.
+  static std::string shard_path(std::string const& path, int r, int R, std::int64_t gen) {
+    return path + ".shard-" + std::to_string(r) + "-of-" + std::to_string(R) + ".gen-" + std::to_string(gen);
+  }
+
+ private:
+  struct table_entry {
+    std::string name;
+    index_t rows = 0, dim = 0, owned = 0;
+    std::function<int(index_t)> owner;
+    std::function<index_t(index_t)> local_row, global_row;
+    void const* address = nullptr;
+    std::vector<gradix::detail::ckpt::field> fields;  // the rows, then per-row optimizer state
+  };
+
+  void check_name(std::string const& name) {
+    if (name.empty() || name.rfind("gradix.", 0) == 0)
+      gradix::detail::fail("gradix::dist::checkpoint::add: the name '", name,
+                           "' (names must be nonempty and not start with 'gradix.')");
+    for (auto const& n : names_)
+      if (n == name) gradix::detail::fail("gradix::dist::checkpoint::add: the name '", name, "' is registered twice");
+    names_.push_back(name);
+  }
+  table_entry* find_table(void const* t, std::string const& opt) {
+    for (auto& e : tables_)
+      if (e.address == t) return &e;
+    gradix::detail::fail("gradix::dist::checkpoint::add_table_optimizer: '", opt,
+                         "' steps a table that was not added with add_table first");
+  }
+
+  // Every rank passes its error text ("" when fine); all throw if any rank failed.
+  void agree_ok(std::string const& err, char const* what, char const* consequence) {
+    std::int64_t const bad = err.empty() ? 0 : 1;
+    auto const all = c_->allgather(std::span<std::int64_t const>(&bad, 1), what);
+    if (!err.empty()) throw gradix::error(err);
+    for (int r = 0; r < c_->size(); ++r)
+      if (all[std::size_t(r)])
+        gradix::detail::fail(what, ": rank ", r, " of ", c_->size(), " failed (its own error says why); ", consequence);
+  }
+
+  std::vector<std::vector<std::int64_t>> ids_tensors() const {
+    std::vector<std::vector<std::int64_t>> ids;
+    for (auto const& t : tables_) {
+      ids.emplace_back();
+      for (index_t k = 0; k < t.owned; ++k) ids.back().push_back(t.global_row(k));
+    }
+    return ids;
+  }
+  void add_shard_fields(gradix::checkpoint& ck, std::vector<std::vector<std::int64_t>>& ids) {
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      ck.add_field(gradix::detail::ckpt::vector_field(tables_[t].name + ".ids", ids[t]));
+      for (auto const& f : tables_[t].fields) ck.add_field(f);
+    }
+  }
+  void manifest_fields(gradix::checkpoint& m, std::int64_t& ranks, std::int64_t& gen, std::vector<std::int64_t>& shapes) {
+    m.add_field(gradix::detail::ckpt::scalar_field("gradix.dist.ranks", ranks));
+    m.add_field(gradix::detail::ckpt::scalar_field("gradix.dist.generation", gen));
+    m.add_field(gradix::detail::ckpt::vector_field("gradix.dist.table_shapes", shapes));
+    for (auto const& f : replicated_) m.add_field(f);
+  }
+
+  // Reads every shard file of the saved run and stages the rows this rank owns; the
+  // returned function copies them into the tables and optimizers.
+  std::function<void()> load_rows(std::string const& path, int ranks, std::int64_t gen) {
+    char const* what = "gradix::dist::checkpoint::load";
+    struct staged {
+      std::vector<std::vector<unsigned char>> data;  // per field: its whole bytes
+      std::vector<std::uint8_t> have;                 // per owned row
+    };
+    auto st = std::make_shared<std::vector<staged>>(tables_.size());
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      auto& s = (*st)[t];
+      for (auto const& f : tables_[t].fields) s.data.emplace_back(f.bytes().second);
+      s.have.assign(std::size_t(tables_[t].owned), 0);
+    }
+    for (int r = 0; r < ranks; ++r) {
+      std::string const file = shard_path(path, r, ranks, gen);
+      auto f = gradix::detail::ckpt::parse_file(file, what);
+      auto find = [&](std::string const& name) -> gradix::detail::ckpt::record const& {
+        for (auto const& rec : f.records)
+          if (rec.name == name) return rec;
+        gradix::detail::fail(what, ": ", file, ": no record '", name, "' (the model differs from the one saved)");
+      };
+      std::size_t expected_records = 0;
+      for (std::size_t t = 0; t < tables_.size(); ++t) {
+        auto const& tab = tables_[t];
+        auto const& idr = find(tab.name + ".ids");
+        if (idr.type != gradix::detail::ckpt::type_code<std::int64_t>() || idr.extents.size() != 1)
+          gradix::detail::fail(what, ": ", file, ": record '", idr.name, "' is not a vector of 64-bit ids");
+        std::int64_t const n = idr.extents[0];
+        std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+        if (n > 0) std::memcpy(ids.data(), f.data(idr), std::size_t(n) * 8);
+        expected_records += 1 + tab.fields.size();
+        for (std::size_t q = 0; q < tab.fields.size(); ++q) {
+          auto const& fd = tab.fields[q];
+          auto const& rec = find(fd.name);
+          auto want = fd.extents;
+          want[0] = n;
+          if (rec.type != fd.type || rec.extents != want || rec.layout != fd.layout)
+            gradix::detail::fail(what, ": ", file, ": record '", fd.name, "' holds ",
+                                 gradix::detail::ckpt::type_name(rec.type), " ",
+                                 gradix::detail::ckpt::shape_text(rec.extents), ", the program expects ",
+                                 gradix::detail::ckpt::type_name(fd.type), " ", gradix::detail::ckpt::shape_text(want));
+        }
+        for (std::int64_t i = 0; i < n; ++i) {
+          std::int64_t const id = ids[std::size_t(i)];
+          if (id < 0 || id >= tab.rows)
+            gradix::detail::fail(what, ": ", file, ": row id ", id, " is out of range for table '", tab.name, "' of ",
+                                 tab.rows, " rows");
+          if (tab.owner(id) != c_->rank()) continue;
+          index_t const k = tab.local_row(id);
+          auto& have = (*st)[t].have[std::size_t(k)];
+          if (have) gradix::detail::fail(what, ": ", file, ": row ", id, " of table '", tab.name, "' appears twice");
+          have = 1;
+          for (std::size_t q = 0; q < tab.fields.size(); ++q) {
+            auto const& rec = find(tab.fields[q].name);
+            std::size_t const row_bytes = n > 0 ? rec.bytes / std::size_t(n) : 0;
+            std::memcpy((*st)[t].data[q].data() + std::size_t(k) * row_bytes, f.data(rec) + std::size_t(i) * row_bytes,
+                        row_bytes);
+          }
+        }
+      }
+      if (f.records.size() != expected_records)
+        gradix::detail::fail(what, ": ", file, ": ", f.records.size(), " records, the program expects ",
+                             expected_records, " (the model differs from the one saved)");
+    }
+    for (std::size_t t = 0; t < tables_.size(); ++t)
+      for (index_t k = 0; k < tables_[t].owned; ++k)
+        if (!(*st)[t].have[std::size_t(k)])
+          gradix::detail::fail(what, ": row ", tables_[t].global_row(k), " of table '", tables_[t].name,
+                               "' is in none of the ", ranks, " shard files");
+    return [this, st] {
+      for (std::size_t t = 0; t < tables_.size(); ++t)
+        for (std::size_t q = 0; q < tables_[t].fields.size(); ++q) tables_[t].fields[q].assign((*st)[t].data[q].data());
+    };
+  }
+
+  communicator* c_;
+  std::vector<table_entry> tables_;
+  std::vector<gradix::detail::ckpt::field> replicated_;
+  std::vector<std::string> names_;
+  std::int64_t last_gen_ = 0, prev_gen_ = 0;
+  int prev_ranks_ = 0;
+};
+
+}  // namespace gradix::dist
