@@ -18,12 +18,18 @@
 
 #include "training_log.hpp"
 
+#if defined(GRADIX_EXAMPLE_MPI)
+#include <gradix/dist.hpp>
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +107,29 @@ int main(int argc, char** argv) {
   auto const queries = examples::split(examples::arg(argc, argv, "--words", "king,water,music,red,doctor,dog,run"), ',');
   std::string const log = examples::arg(argc, argv, "--log", "");
   if (int t = std::stoi(examples::arg(argc, argv, "--threads", "0")); t > 0) gx::set_num_threads(t);
+  int const shards = std::stoi(examples::arg(argc, argv, "--shards", "0"));
+  index_t const block = std::stol(examples::arg(argc, argv, "--block", "64"));
+#if defined(GRADIX_EXAMPLE_MPI)
+  std::optional<gx::dist::environment> env;
+  std::optional<gx::dist::communicator> world;
+  if (shards > 0) {
+    env.emplace(argc, argv);
+    world.emplace();
+    if (world->size() != shards) {
+      if (world->rank() == 0)
+        std::fprintf(stderr, "word2vec: --shards %d needs as many ranks (mpirun -np %d); this run has %d\n", shards,
+                     shards, world->size());
+      return 2;
+    }
+  }
+  bool const rank0 = !world || world->rank() == 0;
+#else
+  if (shards > 0) {
+    std::fprintf(stderr, "word2vec: --shards needs a build with MPI (Debian: libopenmpi-dev)\n");
+    return 2;
+  }
+  bool const rank0 = true;
+#endif
   if (wordnet.empty() == text.empty()) {
     std::fprintf(stderr, "word2vec: give --wordnet DIR or --text FILE\n");
     return 2;
@@ -145,13 +174,9 @@ int main(int argc, char** argv) {
       for (long k = 0; k < std::max(1L, n); ++k) table.push_back(std::int32_t(v));
     }
   }
-  std::printf("%ld words in %zu sentences, a vocabulary of %ld words (seen %d times or more)\n", total,
-              sents.size(), long(V), min_count);
-
-  // the model: input and output vectors, rows along axis 0, sparse gradients
-  auto Win = gx::param(gx::uniform<float>(gx::dims(V, dim), 1, -0.5f / float(dim), 0.5f / float(dim)), gx::sparse_grad<0>);
-  auto Wout = gx::param(gx::tensor<float, gx::shape<dyn, dyn>>(gx::dims(V, dim)), gx::sparse_grad<0>);
-  gx::optim::sgd opt({.lr = lr0}, Win, Wout);
+  if (rank0)
+    std::printf("%ld words in %zu sentences, a vocabulary of %ld words (seen %d times or more)\n", total,
+                sents.size(), long(V), min_count);
 
   // pairs of one epoch: subsampled words, a random window shrink per word (word2vec's)
   rng r{7};
@@ -182,13 +207,158 @@ int main(int argc, char** argv) {
       std::swap(contexts[k - 1], contexts[q]);
     }
   };
+  // the pairs [a, e) of a step and their negatives: c, o (nb each), cn, n (nb K each)
+  std::vector<std::int32_t> c, o, cn, n;
+  auto draw_step = [&](std::size_t a, std::size_t e) {
+    index_t const nb = index_t(e - a);
+    c.assign(centers.begin() + long(a), centers.begin() + long(e));
+    o.assign(contexts.begin() + long(a), contexts.begin() + long(e));
+    cn.resize(std::size_t(nb * K));
+    n.resize(std::size_t(nb * K));
+    for (index_t i = 0; i < nb; ++i)
+      for (index_t k = 0; k < K; ++k) {
+        cn[std::size_t(i * K + k)] = c[std::size_t(i)];
+        n[std::size_t(i * K + k)] = table[r.next() % table.size()];
+      }
+    return nb;
+  };
+#if defined(GRADIX_EXAMPLE_MPI)
+  if (world) {
+    // the model: both tables sharded by rows (modulo placement); SGD on each rank's rows
+    auto init_in = [&](index_t id, std::span<float> row) {  // uniform in +-0.5/dim, from (id, x) only
+      for (std::size_t x = 0; x < row.size(); ++x) {
+        rng h{std::uint64_t(id) * 1000003u + x};
+        h.next();
+        row[x] = float((h.uniform() - 0.5) / double(dim));
+      }
+    };
+    gx::dist::sharded_table<float> Win(*world, V, dim, gx::dist::placement::modulo, init_in);
+    gx::dist::sharded_table<float> Wout(*world, V, dim, gx::dist::placement::modulo);
+    gx::optim::sgd opt({.lr = lr0}, Win.local(), Wout.local());
+    make_pairs();
+    long const steps = (long(centers.size()) + B - 1) / B;
+    std::optional<examples::training_log> progress;
+    if (rank0) progress.emplace(epochs, steps, std::vector<std::string>{"last_loss"}, log);
+    double first_loss = -1, loss_sum = 0;
+    long loss_n = 0;
+    std::vector<std::int32_t> in_ids, out_ids;
+    std::vector<index_t> offsets;
+    world->reset_traffic();
+    for (int ep = 1; ep <= epochs; ++ep) {
+      if (ep > 1) make_pairs();
+      loss_sum = 0;
+      loss_n = 0;
+      long const epoch_steps = long((centers.size() + std::size_t(B) - 1) / std::size_t(B));
+      for (long s = 0; s < epoch_steps; ++s) {
+        std::size_t const a = std::size_t(s) * std::size_t(B), e = std::min(centers.size(), a + std::size_t(B));
+        index_t const nb = draw_step(a, e);
+        double const progress_frac = (double(ep - 1) * double(steps) + double(s)) / (double(epochs) * double(steps));
+        opt.options().lr = lr0 * std::max(1e-4, 1.0 - progress_frac) * double(nb);
+        // doc-snippet: sharded-step
+        gx::dist::block_split split(*world, nb, block);
+        // this rank's blocks: per block its centers then their copies for the negatives (Win),
+        // its contexts then the negatives (Wout)
+        in_ids.clear();
+        out_ids.clear();
+        offsets.assign(1, 0);
+        for (index_t j = split.first_block(); j < split.end_block(); ++j) {
+          index_t const lo = split.block_begin(j), hi = split.block_end(j);
+          in_ids.insert(in_ids.end(), c.begin() + lo, c.begin() + hi);
+          in_ids.insert(in_ids.end(), cn.begin() + lo * K, cn.begin() + hi * K);
+          out_ids.insert(out_ids.end(), o.begin() + lo, o.begin() + hi);
+          out_ids.insert(out_ids.end(), n.begin() + lo * K, n.begin() + hi * K);
+          offsets.push_back(index_t(in_ids.size()));
+        }
+        auto in = Win.fetch(in_ids, offsets, split);
+        auto out = Wout.fetch(out_ids, offsets, split);
+        std::vector<double> block_losses;
+        for (index_t j = split.first_block(); j < split.end_block(); ++j) {
+          std::size_t const m = std::size_t(split.block_end(j) - split.block_begin(j));
+          auto ci = in.block(j), oi = out.block(j);
+          auto pos = gx::sum<1>(gx::gather<0>(in.rows(), ci.first(m)) * gx::gather<0>(out.rows(), oi.first(m)));
+          auto neg = gx::sum<1>(gx::gather<0>(in.rows(), ci.subspan(m)) * gx::gather<0>(out.rows(), oi.subspan(m)));
+          block_losses.push_back(
+              gx::backward(-(gx::sum(gx::log_sigmoid(pos)) + gx::sum(gx::log_sigmoid(-neg))) / float(nb)));
+        }
+        Win.push(in);
+        Wout.push(out);
+        opt.step();
+        opt.zero_grad();
+        double const loss = gx::dist::ordered_sum(*world, split, block_losses);
+        // end doc-snippet
+        if (first_loss < 0) first_loss = loss;
+        loss_sum += loss;
+        ++loss_n;
+        if (progress) progress->step(ep, std::min(s, steps - 1), loss, long(nb));
+      }
+      if (progress) progress->epoch_end(ep, {loss_sum / double(loss_n)});
+    }
+    double const last_loss = loss_sum / double(loss_n);
+    auto const& t = world->traffic();
+    if (rank0)
+      std::printf("rank 0 sent %.1f KiB in %llu messages per step (%d ranks, %ld pairs per step)\n",
+                  double(t.bytes_sent) / 1024.0 / double(epochs * steps), (unsigned long long)(t.messages_sent / std::uint64_t(epochs * steps)),
+                  world->size(), long(B));
+    // nearest neighbours: each rank scores its own rows, rank 0 merges the ranks' best 9
+    auto const& local = Win.local().value();
+    std::vector<float> norms(std::size_t(Win.owned()));
+    for (index_t k = 0; k < Win.owned(); ++k) {
+      double s2 = 0;
+      for (index_t x = 0; x < dim; ++x) s2 += double(local(k, x)) * double(local(k, x));
+      norms[std::size_t(k)] = float(std::sqrt(s2)) + 1e-8f;
+    }
+    for (auto const& q : queries) {
+      auto it = id.find(q);
+      if (it == id.end()) {
+        if (rank0) std::printf("%-8s (not in the vocabulary)\n", q.c_str());
+        continue;
+      }
+      std::vector<std::int32_t> one = {it->second};
+      auto const qv = Win.read_rows(one);
+      std::vector<std::pair<double, std::int64_t>> mine;
+      for (index_t k = 0; k < Win.owned(); ++k) {
+        double dot = 0;
+        for (index_t x = 0; x < dim; ++x) dot += double(local(k, x)) * double(qv(0, x));
+        mine.push_back({dot / norms[std::size_t(k)], Win.global_row(k)});
+      }
+      auto better = [](auto const& x, auto const& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; };
+      std::size_t const top = std::min<std::size_t>(9, mine.size());
+      std::partial_sort(mine.begin(), mine.begin() + long(top), mine.end(), better);
+      std::vector<double> flat(18, -std::numeric_limits<double>::infinity());
+      for (std::size_t k = 0; k < top; ++k) flat[2 * k] = mine[k].first, flat[2 * k + 1] = double(mine[k].second);
+      auto const all = world->allgather(std::span<double const>(flat), "word2vec neighbours");
+      if (!rank0) continue;
+      std::vector<std::pair<double, std::int64_t>> best;
+      for (std::size_t k = 0; k < all.size(); k += 2)
+        if (all[k] > -std::numeric_limits<double>::infinity()) best.push_back({all[k], std::int64_t(all[k + 1])});
+      std::sort(best.begin(), best.end(), better);
+      std::printf("%-8s", q.c_str());
+      int shown = 0;
+      for (auto const& [sim, w] : best)
+        if (w != it->second && shown < 8) {
+          std::printf(" %s", word[std::size_t(w)].c_str());
+          ++shown;
+        }
+      std::printf("\n");
+    }
+    if (rank0)
+      std::printf("loss %.4f at the first step, %.4f over the last epoch (its bits: %a)\n", first_loss, last_loss,
+                  last_loss);
+    return last_loss <= 0.8 * first_loss ? 0 : 1;
+  }
+#endif
+
+  // the model: input and output vectors, rows along axis 0, sparse gradients
+  auto Win = gx::param(gx::uniform<float>(gx::dims(V, dim), 1, -0.5f / float(dim), 0.5f / float(dim)), gx::sparse_grad<0>);
+  auto Wout = gx::param(gx::tensor<float, gx::shape<dyn, dyn>>(gx::dims(V, dim)), gx::sparse_grad<0>);
+  gx::optim::sgd opt({.lr = lr0}, Win, Wout);
+
   make_pairs();
   long const pairs_per_epoch = long(centers.size());
   long const steps = (pairs_per_epoch + B - 1) / B;
   examples::training_log progress(epochs, steps, {"last_loss"}, log);
 
   // one step over pairs [a, e): the loss expression, backward, SGD
-  std::vector<std::int32_t> c, o, cn, n;
   double first_loss = -1, loss_sum = 0;
   long loss_n = 0;
   for (int ep = 1; ep <= epochs; ++ep) {
@@ -198,16 +368,7 @@ int main(int argc, char** argv) {
     long const epoch_steps = long((centers.size() + std::size_t(B) - 1) / std::size_t(B));  // (subsampling varies)
     for (long s = 0; s < epoch_steps; ++s) {
       std::size_t const a = std::size_t(s) * std::size_t(B), e = std::min(centers.size(), a + std::size_t(B));
-      index_t const nb = index_t(e - a);
-      c.assign(centers.begin() + long(a), centers.begin() + long(e));
-      o.assign(contexts.begin() + long(a), contexts.begin() + long(e));
-      cn.resize(std::size_t(nb * K));
-      n.resize(std::size_t(nb * K));
-      for (index_t i = 0; i < nb; ++i)
-        for (index_t k = 0; k < K; ++k) {
-          cn[std::size_t(i * K + k)] = c[std::size_t(i)];
-          n[std::size_t(i * K + k)] = table[r.next() % table.size()];
-        }
+      index_t const nb = draw_step(a, e);
       double const progress_frac = (double(ep - 1) * double(steps) + double(s)) / (double(epochs) * double(steps));
       opt.options().lr = lr0 * std::max(1e-4, 1.0 - progress_frac) * double(nb);  // the loss is a mean
       // doc-snippet: step

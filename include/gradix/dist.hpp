@@ -580,6 +580,49 @@ class sharded_table {
     return fetch(std::span<I const>(ids), std::span<index_t const>(offsets), split);
   }
 
+  /// The rows of `ids` (any ids, repeats allowed) as an ids.size() x dim tensor, for reading
+  /// outside training (evaluation, nearest neighbours): no gradient. Collective; each rank
+  /// passes its own ids (an id out of range on any rank makes every rank throw).
+  template <class I>
+  tensor<T, shape<dyn, dyn>> read_rows(std::span<I const> ids) {
+    char const* what = "gradix::dist::sharded_table::read_rows";
+    int const R = c_->size();
+    std::string bad;
+    for (std::size_t i = 0; i < ids.size() && bad.empty(); ++i)
+      if (std::int64_t(ids[i]) < 0 || std::int64_t(ids[i]) >= n_)
+        bad = std::string(what) + ": index " + std::to_string(std::int64_t(ids[i])) + " at position " +
+              std::to_string(i) + " is out of range for axis 0 of extent " + std::to_string(n_) + " (rank " +
+              std::to_string(c_->rank()) + ")";
+    std::vector<std::int64_t> scount(static_cast<std::size_t>(R), 0);
+    if (bad.empty())
+      for (auto id : ids) ++scount[std::size_t(owner(index_t(id)))];
+    auto const rcount = c_->exchange_counts(scount, bad.empty(), bad, what);
+    std::vector<std::int64_t> fill(static_cast<std::size_t>(R), 0);
+    for (int r = 1; r < R; ++r) fill[std::size_t(r)] = fill[std::size_t(r) - 1] + scount[std::size_t(r) - 1];
+    std::vector<std::int64_t> want(ids.size());
+    std::vector<std::size_t> where(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      auto const at = std::size_t(fill[std::size_t(owner(index_t(ids[i])))]++);
+      want[at] = std::int64_t(ids[i]);
+      where[i] = at;
+    }
+    std::vector<std::int64_t> asked(static_cast<std::size_t>(std::accumulate(rcount.begin(), rcount.end(), std::int64_t(0))));
+    c_->alltoallv(want.data(), scount, asked.data(), rcount, MPI_INT64_T, sizeof(std::int64_t), what);
+    std::vector<T> out(asked.size() * std::size_t(d_)), got(want.size() * std::size_t(d_));
+    T const* v = local_.value().data();
+    for (std::size_t k = 0; k < asked.size(); ++k)
+      std::memcpy(out.data() + k * std::size_t(d_), v + local_row(asked[k]) * d_, std::size_t(d_) * sizeof(T));
+    c_->alltoallv(out.data(), rcount, got.data(), scount, row_type_, std::size_t(d_) * sizeof(T), what);
+    tensor<T, shape<dyn, dyn>> r(dims(index_t(ids.size()), d_));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      std::memcpy(r.data() + i * std::size_t(d_), got.data() + where[i] * std::size_t(d_), std::size_t(d_) * sizeof(T));
+    return r;
+  }
+  template <class I>
+  tensor<T, shape<dyn, dyn>> read_rows(std::vector<I> const& ids) {
+    return read_rows(std::span<I const>(ids));
+  }
+
   /// Sends the gradient of every touched (block, id) row of the lookup to the row's owner,
   /// which adds them into local().grad() in (id, global block) order: the same bits at any
   /// rank count. Collective; call once per lookup, after its backward passes.
