@@ -55,10 +55,12 @@ int main(int argc, char** argv) {
     rank = world.rank();
     sharded_model M(world);
     gx::tensor<double, gx::shape<dyn>> progress(gx::dims(1));  // the next step
+    // doc-snippet: checkpoint
     dist::checkpoint ck(world);
     ck.add_table("E", M.E).add_table("F", M.F).add_table_optimizer("opt", M.opt, M.E, M.F);
     ck.add("W", M.W).add("optw", M.optw).add("progress", progress);
-    if (resume) ck.load(ckpt);
+    if (resume) ck.load(ckpt);  // saved at any rank count
+    // end doc-snippet
     int const start = int(progress(0));
     for (int s = start; s < steps; ++s) {
       M.mid_step = [&] {

@@ -97,9 +97,11 @@ struct sharded_model {
 
   // forward and backward of batch s, gradients summed on the owners and in W's gradient;
   // returns the loss (no optimizer step)
-  // (mid_step, when set, runs between the two tables' pushes: the fault tests kill a rank there)
+  // (mid_step, when set, runs after the backward passes, before the pushes: the fault test
+  // kills a rank there, after the step's first exchanges)
   std::function<void()> mid_step;
   double gradients(int s) {
+    // doc-snippet: step
     batch const B = make_batch(s, kBatch, kRows);
     std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
     std::vector<std::int64_t> b(B.b.begin() + split.first_sample(), B.b.begin() + split.end_sample());
@@ -115,11 +117,14 @@ struct sharded_model {
           block_loss(gx::gather<0>(la.rows(), la.block(j)), gx::gather<0>(lb.rows(), lb.block(j)), W, y))));
       dp.keep(j);
     }
-    E.push(la);
+    // end doc-snippet
     if (mid_step) mid_step();
+    // doc-snippet: step-push
+    E.push(la);
     F.push(lb);
     dp.reduce();
     return dist::ordered_sum(world, split, block_losses);
+    // end doc-snippet
   }
   void update() {
     opt.step();
