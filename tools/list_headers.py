@@ -6,7 +6,9 @@ usage: list_headers.py INCLUDE_DIR [--cuda | --mpi]
 Without an option: the headers a C++ compiler must accept on their own (every .hpp except the
 CUDA umbrella cuda.hpp, the CUDA backend and the MPI headers). With --cuda: those that need
 nvcc (.cuh files, cuda.hpp, backend/cuda/). With --mpi: those that need MPI's headers
-(dist.hpp, dist/). Every installed header counts, detail/ included. Sorted, '/'-separated.
+(dist.hpp, dist/). dist/nccl.hpp, which needs all three (nvcc, MPI, NCCL), is in no list:
+tests/cuda/nccl_test.cu compiles it. Every installed header counts, detail/ included. Sorted,
+'/'-separated.
 """
 
 import os
@@ -14,7 +16,8 @@ import sys
 
 
 def needs_cuda(rel):
-    return rel.endswith(".cuh") or rel == "gradix/cuda.hpp" or rel.startswith("gradix/backend/cuda/")
+    return (rel.endswith(".cuh") or rel == "gradix/cuda.hpp" or rel.startswith("gradix/backend/cuda/")
+            or rel == "gradix/dist/nccl.hpp")
 
 
 def needs_mpi(rel):
@@ -22,6 +25,8 @@ def needs_mpi(rel):
 
 
 def kind(rel):
+    if rel == "gradix/dist/nccl.hpp":
+        return "nccl"  # nvcc, MPI and NCCL: compiled by tests/cuda/nccl_test.cu only
     return "cuda" if needs_cuda(rel) else "mpi" if needs_mpi(rel) else ""
 
 

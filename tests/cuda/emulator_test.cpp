@@ -4,6 +4,7 @@
 #include "cuda/emulator.hpp"
 
 #include <gradix/backend/grid/assign.hpp>
+#include <gradix/backend/grid/block_sum.hpp>
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/reduce.hpp>
 #include <gradix/backend/grid/scatter.hpp>
@@ -131,6 +132,42 @@ TEST_CASE("emulator: blocks in order or shuffled; atomic_add") {
     bool in_order = std::is_sorted(order.begin(), order.end());
     CHECK(in_order == !shuffle);
   }
+}
+
+TEST_CASE("grid::ordered_block_sum (gradix/dist/nccl.hpp's sum over blocks) has the host loop's bits") {
+  // rows of mixed magnitudes, so that another order would round differently
+  index_t const blocks = 7, width = 1000;
+  std::vector<float> in(std::size_t(blocks * width));
+  std::uint64_t s = 99;
+  for (auto& x : in) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = float(double(s >> 40) / double(1 << 24) - 0.5) * float(1 << (s >> 60));
+  }
+  std::vector<float> want(static_cast<std::size_t>(width));
+  for (index_t x = 0; x < width; ++x) {
+    float a = 0;
+    for (index_t b = 0; b < blocks; ++b) a += in[std::size_t(b * width + x)];
+    want[std::size_t(x)] = a;
+  }
+  // the reverse order differs somewhere (the test would not see a wrong order otherwise)
+  bool differs = false;
+  for (index_t x = 0; x < width && !differs; ++x) {
+    float a = 0;
+    for (index_t b = blocks; b-- > 0;) a += in[std::size_t(b * width + x)];
+    differs = a != want[std::size_t(x)];
+  }
+  CHECK(differs);
+  for (bool shuffle : {false, true})
+    for (index_t threads : {index_t(1), index_t(32), index_t(256)}) {
+      options o;
+      o.shuffle_blocks = shuffle;
+      launcher l(o);
+      std::vector<float> out(std::size_t(width), -1.f), acc(std::size_t(width), 1.f);
+      gx::grid::ordered_block_sum(l, in.data(), out.data(), blocks, width, width, {threads, 3});
+      CHECK(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)) == 0);
+      gx::grid::add_into(l, acc.data(), in.data(), width, {threads, 0});
+      for (index_t x = 0; x < width; ++x) REQUIRE(acc[std::size_t(x)] == 1.f + in[std::size_t(x)]);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
