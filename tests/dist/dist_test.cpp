@@ -239,6 +239,21 @@ TEST_CASE("dist: ranks that disagree on a shape all get an error") {
     CHECK(msg2 == "gradix::dist::block_split: the ranks disagree on the block size: rank 0 has 10, rank 1 has 12");
 }
 
+TEST_CASE("dist: an MPI error is a gradix::error naming the call, and the communicator is then refused") {
+  dist::communicator c;  // (a copy of its own: this case breaks it)
+  int x = 0, y = 0;
+  MPI_Request req;
+  // a negative count: Open MPI's argument check returns MPI_ERR_COUNT on every rank
+  auto const msg = error_of([&] { c.check(MPI_Ialltoall(&x, -1, MPI_INT, &y, -1, MPI_INT, c.get(), &req), "MPI_Ialltoall"); });
+  CAPTURE(msg);
+  CHECK(msg.find("gradix::dist: MPI_Ialltoall failed on rank " + std::to_string(c.rank()) + " of " +
+                 std::to_string(c.size()) + ": MPI_ERR_COUNT") == 0);
+  CHECK(!c.usable());
+  CHECK(error_of([&] { dist::block_split s(c, 10, 2); }) ==
+        "gradix::dist::block_split: the communicator is unusable after an earlier MPI error or timeout on rank " +
+            std::to_string(c.rank()));
+}
+
 TEST_CASE("dist: misuse is named") {
   dist::communicator world;
   dist::block_split split(world, 4, 4);
