@@ -3,7 +3,7 @@
 //
 //   mpirun -np R build/examples/seed_embedding_dist [--na NA] [--nb NB] [--k K] [--d D]
 //       [--n N] [--block TERMS] [--reps R] [--placement block|modulo] [--loss sum|square]
-//       [--idx-mod M] [--random-idx] [--check]
+//       [--idx-mod M] [--random-idx] [--check] [--inexact]
 //
 //   Ea: NA x D rows (1,000,000 x 64)   Eb: NB x D (65,535 x 64)   i = 0..K-1 (5000)
 //   loss = sum over terms t of sum( Eb[i, :] + Ea[j_t, :] )   (or of its square), N = 100 terms
@@ -15,6 +15,8 @@
 // order. Rank 0 prints the median times over the reps (the slowest rank's), the bytes and
 // messages sent per step, the loss's bits (the same at every rank count), and a JSON line.
 // --check compares the loss and every owned row's gradient with plain loops in double.
+// --inexact pushes with push_options::exact = false: each rank adds its blocks' rows of an
+// id before sending (less traffic; the bits then depend on the rank count).
 #include <gradix/dist.hpp>
 #include <gradix/gradix.hpp>
 
@@ -39,12 +41,14 @@ int main(int argc, char** argv) {
   o.d = 64;
   long block = 25;
   auto place = dist::placement::block;
+  dist::push_options push;
   {
     // seed_embedding's options, minus those that do not apply, plus --block and --placement
     std::vector<char*> rest = {argv[0]};
     for (int a = 1; a < argc; ++a) {
       std::string s = argv[a];
       if (s == "--block" && a + 1 < argc) block = std::stol(argv[++a]);
+      else if (s == "--inexact") push.exact = false;
       else if (s == "--placement" && a + 1 < argc) place = std::string(argv[++a]) == "modulo" ? dist::placement::modulo : dist::placement::block;
       else rest.push_back(argv[a]);
     }
@@ -100,8 +104,8 @@ int main(int argc, char** argv) {
       block_loss.push_back(l);
     }
     auto t2 = now();
-    Ea.push(La);
-    Eb.push(Lb);
+    Ea.push(La, push);
+    Eb.push(Lb, push);
     loss = dist::ordered_sum(world, split, block_loss);
     auto t3 = now();
     bytes = world.traffic().bytes_sent;
@@ -188,12 +192,12 @@ int main(int argc, char** argv) {
                 1e3 * seed::median(t_back), 1e3 * seed::median(t_push), 1e3 * seed::median(t_step), o.reps);
     std::printf("sent per step: %.2f MB in all, %.2f MB by the busiest rank, %llu messages; loss %.9g (bits %a)\n",
                 double(total_bytes) / 1e6, double(max_bytes) / 1e6, (unsigned long long)total_msgs, loss, loss);
-    std::printf("{\"ranks\": %d, \"placement\": \"%s\", \"block\": %ld, \"fetch_ms\": %.3f, \"backward_ms\": %.3f, "
+    std::printf("{\"ranks\": %d, \"placement\": \"%s\", \"block\": %ld, \"exact\": %s, \"fetch_ms\": %.3f, \"backward_ms\": %.3f, "
                 "\"push_ms\": %.3f, \"step_ms\": %.3f, \"bytes_total\": %llu, \"bytes_max_rank\": %llu, "
                 "\"messages\": %llu, \"loss_bits\": \"%a\"}\n",
-                R, place == dist::placement::block ? "block" : "modulo", block, 1e3 * seed::median(t_fetch),
-                1e3 * seed::median(t_back), 1e3 * seed::median(t_push), 1e3 * seed::median(t_step),
-                (unsigned long long)total_bytes, (unsigned long long)max_bytes, (unsigned long long)total_msgs, loss);
+                R, place == dist::placement::block ? "block" : "modulo", block, push.exact ? "true" : "false",
+                1e3 * seed::median(t_fetch), 1e3 * seed::median(t_back), 1e3 * seed::median(t_push),
+                1e3 * seed::median(t_step), (unsigned long long)total_bytes, (unsigned long long)max_bytes, (unsigned long long)total_msgs, loss);
   }
   return status;
 }

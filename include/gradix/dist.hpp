@@ -421,6 +421,14 @@ class lookup {
   bool pushed_ = false;
 };
 
+struct push_options {
+  /// true: every (block, row) gradient travels to the owner, which adds them in global block
+  /// order (the same bits at any rank count). false: each rank first adds its own blocks'
+  /// rows of an id, and the owner adds the ranks' sums in rank order: one row per (rank, id)
+  /// instead of per (block, id), and bits that depend on the rank count.
+  bool exact = true;
+};
+
 /// A table of `rows` x `dim` elements whose rows are spread over the ranks (placement). Each
 /// rank holds only the rows it owns, as a parameter with sparse gradients along the rows
 /// (`local()`), which an optimizer steps: lazy Adam, SGD, Adagrad all update only the rows
@@ -625,8 +633,9 @@ class sharded_table {
 
   /// Sends the gradient of every touched (block, id) row of the lookup to the row's owner,
   /// which adds them into local().grad() in (id, global block) order: the same bits at any
-  /// rank count. Collective; call once per lookup, after its backward passes.
-  void push(lookup<T>& L) {
+  /// rank count (push_options::exact = false trades that for less traffic). Collective;
+  /// call once per lookup, after its backward passes.
+  void push(lookup<T>& L, push_options o = {}) {
     char const* what = "gradix::dist::sharded_table::push";
     int const R = c_->size();
     std::string bad;
@@ -635,27 +644,46 @@ class sharded_table {
     else if (L.rows_.grad().busy_flag() || local_.grad().busy_flag())
       bad = std::string(what) + ": a backward pass is running on the lookup or the table";
     auto const& g = L.rows_.grad();
-    std::vector<std::int64_t> scount(std::size_t(R), 0);
-    std::vector<std::size_t> send_rows;  // pair indices, grouped by owner, block order inside
+    T const* gd = g.dense().data();
+    // the entries to send: one per touched (block, id) row; with exact = false one per id,
+    // its blocks' rows summed here first, in block order
+    std::vector<std::int64_t> eid, eblock;
+    std::vector<T> erow;
     if (bad.empty()) {
-      for (std::size_t k = 0; k < L.pair_id_.size(); ++k)
-        if (g.is_touched(index_t(k))) ++scount[std::size_t(owner(L.pair_id_[k]))];
-      std::vector<std::int64_t> fill(std::size_t(R), 0);
+      std::unordered_map<std::int64_t, std::size_t> merged;
+      for (std::size_t k = 0; k < L.pair_id_.size(); ++k) {
+        if (!g.is_touched(index_t(k))) continue;
+        T const* row = gd + k * std::size_t(d_);
+        if (!o.exact) {
+          auto [it, added] = merged.try_emplace(L.pair_id_[k], eid.size());
+          if (!added) {
+            T* dst = erow.data() + it->second * std::size_t(d_);
+            for (index_t x = 0; x < d_; ++x) dst[x] += row[x];
+            continue;
+          }
+        }
+        eid.push_back(L.pair_id_[k]);
+        eblock.push_back(L.pair_block_[k]);
+        erow.insert(erow.end(), row, row + d_);
+      }
+    }
+    std::vector<std::int64_t> scount(static_cast<std::size_t>(R), 0);
+    std::vector<std::size_t> send_rows(eid.size());  // entries grouped by owner, in order inside
+    {
+      for (auto id : eid) ++scount[std::size_t(owner(id))];
+      std::vector<std::int64_t> fill(static_cast<std::size_t>(R), 0);
       for (int r = 1; r < R; ++r) fill[std::size_t(r)] = fill[std::size_t(r) - 1] + scount[std::size_t(r) - 1];
-      send_rows.resize(std::size_t(std::accumulate(scount.begin(), scount.end(), std::int64_t(0))));
-      for (std::size_t k = 0; k < L.pair_id_.size(); ++k)
-        if (g.is_touched(index_t(k))) send_rows[std::size_t(fill[std::size_t(owner(L.pair_id_[k]))]++)] = k;
+      for (std::size_t e = 0; e < eid.size(); ++e) send_rows[std::size_t(fill[std::size_t(owner(eid[e]))]++)] = e;
     }
     auto const rcount = c_->exchange_counts(scount, bad.empty(), bad, what);
     std::int64_t const nrecv = std::accumulate(rcount.begin(), rcount.end(), std::int64_t(0));
     std::vector<std::int64_t> keys(send_rows.size() * 2), rkeys(std::size_t(nrecv) * 2);
     std::vector<T> vals(send_rows.size() * std::size_t(d_)), rvals(std::size_t(nrecv) * std::size_t(d_));
-    T const* gd = g.dense().data();
     for (std::size_t k = 0; k < send_rows.size(); ++k) {
-      std::size_t const p = send_rows[k];
-      keys[2 * k] = L.pair_id_[p];
-      keys[2 * k + 1] = L.pair_block_[p];
-      std::memcpy(vals.data() + k * std::size_t(d_), gd + p * std::size_t(d_), std::size_t(d_) * sizeof(T));
+      std::size_t const e = send_rows[k];
+      keys[2 * k] = eid[e];
+      keys[2 * k + 1] = eblock[e];
+      std::memcpy(vals.data() + k * std::size_t(d_), erow.data() + e * std::size_t(d_), std::size_t(d_) * sizeof(T));
     }
     auto twice = [](std::vector<std::int64_t> v) {
       for (auto& x : v) x *= 2;

@@ -134,6 +134,34 @@ TEST_CASE("dist: sharded tables and data parallel give the bits of one process, 
   SUBCASE("dense sums by MPI_Allreduce (exact = false)") { run_distributed(dist::placement::block, ref, false); }
 }
 
+TEST_CASE("dist: push_options::exact = false sends less, and stays close") {
+  reference ref;
+  ref.step(0);
+  dist::communicator world;
+  std::uint64_t bytes[2] = {0, 0};
+  for (bool exact : {true, false}) {
+    sharded_model M(world);
+    M.push_opt.exact = exact;
+    world.reset_traffic();
+    double const loss = M.gradients(0);
+    bytes[exact ? 0 : 1] = world.traffic().bytes_sent;
+    CHECK(std::memcmp(&loss, &ref.losses[0], sizeof loss) == 0);  // (the losses do not depend on it)
+    M.update();
+    for (index_t k = 0; k < M.E.owned(); ++k)
+      for (index_t x = 0; x < kDim; ++x) {
+        float const got = M.E.local().value()(k, x), want = ref.E.value()(M.E.global_row(k), x);
+        if (exact) REQUIRE(got == want);
+        else REQUIRE(got == doctest::Approx(want).epsilon(1e-5));
+      }
+  }
+  CHECK(bytes[1] <= bytes[0]);
+  // in all: less, where some rank has two blocks that share a row owned elsewhere (2-5 ranks)
+  auto const all = world.allgather(std::span<std::uint64_t const>(bytes, 2), "test");
+  std::uint64_t total[2] = {0, 0};
+  for (std::size_t r = 0; r < all.size(); r += 2) total[0] += all[r], total[1] += all[r + 1];
+  if (world.size() > 1 && world.size() < 6) CHECK(total[1] < total[0]);
+}
+
 TEST_CASE("dist: ownership covers every row once") {
   dist::communicator world;
   for (auto place : {dist::placement::block, dist::placement::modulo}) {

@@ -100,6 +100,7 @@ struct sharded_model {
   // (mid_step, when set, runs after the backward passes, before the pushes: the fault test
   // kills a rank there, after the step's first exchanges)
   std::function<void()> mid_step;
+  dist::push_options push_opt{};
   double gradients(int s) {
     // doc-snippet: step
     batch const B = make_batch(s, kBatch, kRows);
@@ -120,8 +121,8 @@ struct sharded_model {
     // end doc-snippet
     if (mid_step) mid_step();
     // doc-snippet: step-push
-    E.push(la);
-    F.push(lb);
+    E.push(la, push_opt);
+    F.push(lb, push_opt);
     dp.reduce();
     return dist::ordered_sum(world, split, block_losses);
     // end doc-snippet
