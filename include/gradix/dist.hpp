@@ -71,7 +71,6 @@
 #include <string>
 #include <thread>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -93,6 +92,59 @@ inline std::string mpi_message(int rc) {
   if (MPI_Error_string(rc, buf, &n) != MPI_SUCCESS) return "error code " + std::to_string(rc);
   return std::string(buf, std::size_t(n));
 }
+/// An open-addressing map from 64-bit ids to values, cleared in O(1) between uses
+/// (generation stamps) and grown only when a use needs more room: the bookkeeping of fetch,
+/// which meets every id of a rank's blocks.
+template <class V>
+class id_map {
+ public:
+  /// Empties the map, with room for `n` keys at load factor 1/2 or less.
+  void reset(std::size_t n) {
+    std::size_t cap = 16;
+    int bits = 4;
+    while (cap < 2 * n) cap *= 2, ++bits;
+    if (cap > keys_.size()) {
+      keys_.assign(cap, 0);
+      vals_.assign(cap, V{});
+      stamp_.assign(cap, 0);
+      gen_ = 0;
+      shift_ = 64 - bits;
+    }
+    if (++gen_ == 0) {  // (after 2^32 uses: clear the stamps once)
+      std::fill(stamp_.begin(), stamp_.end(), 0u);
+      gen_ = 1;
+    }
+  }
+  /// The value of `key`, inserting `v` when absent; .second says whether it was inserted.
+  std::pair<V*, bool> try_emplace(std::int64_t key, V v) {
+    std::size_t const mask = keys_.size() - 1;
+    std::size_t h = std::size_t((std::uint64_t(key) * 0x9E3779B97F4A7C15ull) >> shift_);
+    for (;; h = (h + 1) & mask) {
+      if (stamp_[h] != gen_) {
+        stamp_[h] = gen_;
+        keys_[h] = key;
+        vals_[h] = v;
+        return {&vals_[h], true};
+      }
+      if (keys_[h] == key) return {&vals_[h], false};
+    }
+  }
+  V* find(std::int64_t key) {
+    std::size_t const mask = keys_.size() - 1;
+    for (std::size_t h = std::size_t((std::uint64_t(key) * 0x9E3779B97F4A7C15ull) >> shift_);; h = (h + 1) & mask) {
+      if (stamp_[h] != gen_) return nullptr;
+      if (keys_[h] == key) return &vals_[h];
+    }
+  }
+
+ private:
+  std::vector<std::int64_t> keys_;
+  std::vector<V> vals_;
+  std::vector<std::uint32_t> stamp_;
+  std::uint32_t gen_ = 0;
+  int shift_ = 60;
+};
+
 inline int to_int_count(std::int64_t n, char const* what, char const* call) {
   if (n > INT_MAX)
     gradix::detail::fail(what, ": ", n, " elements in one message of ", call,
@@ -512,29 +564,30 @@ class sharded_table {
                 std::to_string(i) + " is out of range for axis 0 of extent " + std::to_string(n_) + " (rank " +
                 std::to_string(c_->rank()) + ")";
     }
+    if (bad.empty() && ids.size() > std::size_t(INT32_MAX))
+      bad = std::string(what) + ": " + std::to_string(ids.size()) + " ids on rank " + std::to_string(c_->rank()) +
+            " (at most 2^31 - 1 per fetch)";
     // the (block, distinct id) pairs: the lookup's rows, in block order, first use first
     std::vector<std::int64_t> pair_id, pair_block;
     std::vector<std::int32_t> index(ids.size());
-    std::unordered_map<std::int64_t, std::int32_t> in_block;
     if (bad.empty()) {
       for (index_t b = 0; b < nb; ++b) {
-        in_block.clear();
+        in_block_.reset(std::size_t(offsets[std::size_t(b) + 1] - offsets[std::size_t(b)]));
         for (index_t i = offsets[std::size_t(b)]; i < offsets[std::size_t(b) + 1]; ++i) {
           std::int64_t const id = std::int64_t(ids[std::size_t(i)]);
-          auto [it, added] = in_block.try_emplace(id, std::int32_t(pair_id.size()));
+          auto [at, added] = in_block_.try_emplace(id, std::int32_t(pair_id.size()));
           if (added) {
             pair_id.push_back(id);
             pair_block.push_back(split.first_block() + b);
           }
-          index[std::size_t(i)] = it->second;
+          index[std::size_t(i)] = *at;
         }
       }
-      if (pair_id.size() > std::size_t(INT32_MAX))
-        bad = std::string(what) + ": more than 2^31 (block, id) rows on rank " + std::to_string(c_->rank());
     }
     // the distinct ids, grouped by owner (first use first within an owner)
-    std::unordered_map<std::int64_t, std::int64_t> slot_of;  // id -> position in `want`
-    std::vector<std::int64_t> scount(std::size_t(R), 0);
+    auto& slot_of = distinct_;  // id -> position in `want`
+    slot_of.reset(pair_id.size());
+    std::vector<std::int64_t> scount(static_cast<std::size_t>(R), 0);
     std::vector<std::int64_t> distinct;
     if (bad.empty())
       for (std::int64_t id : pair_id)
@@ -554,7 +607,7 @@ class sharded_table {
       for (std::int64_t id : distinct) {
         std::int64_t const at = fill[std::size_t(owner(id))]++;
         want[std::size_t(at)] = id;
-        slot_of[id] = at;
+        *slot_of.find(id) = at;
       }
     }
     std::vector<std::int64_t> asked(static_cast<std::size_t>(rdisp[std::size_t(R)]));
@@ -573,7 +626,7 @@ class sharded_table {
     lookup<T> L(index_t(pair_id.size()), d_);
     T* dst = L.rows_.value().data();
     for (std::size_t k = 0; k < pair_id.size(); ++k)
-      std::memcpy(dst + k * std::size_t(d_), got.data() + std::size_t(slot_of[pair_id[k]]) * std::size_t(d_),
+      std::memcpy(dst + k * std::size_t(d_), got.data() + std::size_t(*slot_of.find(pair_id[k])) * std::size_t(d_),
                   std::size_t(d_) * sizeof(T));
     L.index_ = std::move(index);
     L.offsets_.assign(offsets.begin(), offsets.end());
@@ -648,25 +701,31 @@ class sharded_table {
     // the entries to send: one per touched (block, id) row; with exact = false one per id,
     // its blocks' rows summed here first, in block order
     std::vector<std::int64_t> eid, eblock;
-    std::vector<T> erow;
+    std::vector<T> merged_rows;              // (exact = false: the ranks' sums)
+    std::vector<std::size_t> esrc;           // each entry's row: a lookup row, or a merged one
     if (bad.empty()) {
-      std::unordered_map<std::int64_t, std::size_t> merged;
+      detail::id_map<std::int64_t>& merged = distinct_;
+      if (!o.exact) merged.reset(L.pair_id_.size());
       for (std::size_t k = 0; k < L.pair_id_.size(); ++k) {
         if (!g.is_touched(index_t(k))) continue;
         T const* row = gd + k * std::size_t(d_);
         if (!o.exact) {
-          auto [it, added] = merged.try_emplace(L.pair_id_[k], eid.size());
+          auto [at, added] = merged.try_emplace(L.pair_id_[k], std::int64_t(eid.size()));
           if (!added) {
-            T* dst = erow.data() + it->second * std::size_t(d_);
+            T* dst = merged_rows.data() + std::size_t(*at) * std::size_t(d_);
             for (index_t x = 0; x < d_; ++x) dst[x] += row[x];
             continue;
           }
+          esrc.push_back(eid.size());
+          merged_rows.insert(merged_rows.end(), row, row + d_);
+        } else {
+          esrc.push_back(k);
         }
         eid.push_back(L.pair_id_[k]);
         eblock.push_back(L.pair_block_[k]);
-        erow.insert(erow.end(), row, row + d_);
       }
     }
+    T const* rows_of = o.exact ? gd : merged_rows.data();
     std::vector<std::int64_t> scount(static_cast<std::size_t>(R), 0);
     std::vector<std::size_t> send_rows(eid.size());  // entries grouped by owner, in order inside
     {
@@ -683,7 +742,7 @@ class sharded_table {
       std::size_t const e = send_rows[k];
       keys[2 * k] = eid[e];
       keys[2 * k + 1] = eblock[e];
-      std::memcpy(vals.data() + k * std::size_t(d_), erow.data() + e * std::size_t(d_), std::size_t(d_) * sizeof(T));
+      std::memcpy(vals.data() + k * std::size_t(d_), rows_of + esrc[e] * std::size_t(d_), std::size_t(d_) * sizeof(T));
     }
     auto twice = [](std::vector<std::int64_t> v) {
       for (auto& x : v) x *= 2;
@@ -692,19 +751,26 @@ class sharded_table {
     c_->alltoallv(keys.data(), twice(scount), rkeys.data(), twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what);
     c_->alltoallv(vals.data(), scount, rvals.data(), rcount, row_type_, std::size_t(d_) * sizeof(T), what);
     L.pushed_ = true;
-    // the owner's sum: per id, the blocks in increasing order
-    std::vector<std::size_t> order(static_cast<std::size_t>(nrecv));
-    std::iota(order.begin(), order.end(), std::size_t(0));
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return rkeys[2 * a] != rkeys[2 * b] ? rkeys[2 * a] < rkeys[2 * b] : rkeys[2 * a + 1] < rkeys[2 * b + 1];
-    });
+    // The owner's sum. What arrives is in global block order: by source rank (ranks hold
+    // ascending runs of blocks), and from each rank in its blocks' order (the entries keep
+    // the lookup's order, which is block by block). So adding the entries as they come adds
+    // each row's blocks in order, with no sort. Checked first, before anything is added.
+    {
+      std::int64_t at = 0, last_block = -1;
+      for (int r = 0; r < R; ++r)
+        for (std::int64_t k = 0; k < rcount[std::size_t(r)]; ++k, ++at) {
+          std::int64_t const id = rkeys[std::size_t(2 * at)], blk = rkeys[std::size_t(2 * at + 1)];
+          if (id < 0 || id >= n_ || owner(id) != c_->rank())
+            gradix::detail::fail(what, ": rank ", c_->rank(), " received a gradient for row ", id, " which it does not own");
+          if (blk < last_block)
+            gradix::detail::fail(what, ": rank ", c_->rank(), " received block ", blk, " after block ", last_block,
+                                 " (the ranks' blocks are out of order)");
+          last_block = blk;
+        }
+    }
     auto& st = local_.grad();
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      std::size_t const e = order[k];
-      std::int64_t const id = rkeys[2 * e];
-      if (id < 0 || id >= n_ || owner(id) != c_->rank())
-        gradix::detail::fail(what, ": rank ", c_->rank(), " received a gradient for row ", id, " which it does not own");
-      index_t const slot = st.reserve(local_row(id));
+    for (std::size_t e = 0; e < std::size_t(nrecv); ++e) {
+      index_t const slot = st.reserve(local_row(rkeys[2 * e]));
       T* dst = st.data() + slot * st.slice_elements();
       T const* src = rvals.data() + e * std::size_t(d_);
       for (index_t x = 0; x < d_; ++x) dst[x] += src[x];
@@ -725,6 +791,8 @@ class sharded_table {
   index_t n_, d_;
   gradix::dist::placement p_;
   local_type local_;
+  detail::id_map<std::int32_t> in_block_;   // fetch's bookkeeping, kept between calls
+  detail::id_map<std::int64_t> distinct_;
   MPI_Datatype row_type_ = MPI_DATATYPE_NULL;
 };
 
