@@ -92,6 +92,16 @@ inline std::string mpi_message(int rc) {
   if (MPI_Error_string(rc, buf, &n) != MPI_SUCCESS) return "error code " + std::to_string(rc);
   return std::string(buf, std::size_t(n));
 }
+/// Set when gradix abandoned an exchange (its deadline passed, or MPI_Test failed): MPI
+/// could still complete it later, inside any MPI call, writing into buffers that are gone.
+/// From then on gradix makes no MPI call in this process (every gradix::dist call throws,
+/// destructors free no MPI objects, environment skips MPI_Finalize), and neither should
+/// the program: it should report the error and exit.
+inline bool& abandoned() {
+  static bool a = false;
+  return a;
+}
+
 /// An open-addressing map from 64-bit ids to values, cleared in O(1) between uses
 /// (generation stamps) and grown only when a use needs more room: the bookkeeping of fetch,
 /// which meets every id of a rank's blocks.
@@ -171,7 +181,9 @@ class environment {
   ~environment() {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (owner_ && !fin) MPI_Finalize();
+    // (after an abandoned exchange MPI_Finalize could complete it into freed memory, or
+    // wait for a dead rank: the process ends without it, and mpirun reports that)
+    if (owner_ && !fin && !detail::abandoned()) MPI_Finalize();
   }
 
  private:
@@ -215,7 +227,7 @@ class communicator {
     int fin = 0;
     MPI_Finalized(&fin);
     // a communicator left with collectives in flight (after a timeout) is not freed
-    if (comm_ != MPI_COMM_NULL && !fin && !broken_) MPI_Comm_free(&comm_);
+    if (comm_ != MPI_COMM_NULL && !fin && !broken_ && !detail::abandoned()) MPI_Comm_free(&comm_);
   }
 
   int rank() const { return rank_; }
@@ -243,12 +255,16 @@ class communicator {
     auto const start = clock::now();
     for (long spins = 0;; ++spins) {
       int done = 0;
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (int const rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
+        detail::abandoned() = true;  // (the request's state is unknown)
+        check(rc, "MPI_Test");
+      }
       if (done) return;
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 50));
       if (opt_.timeout > 0 && (spins & 63) == 0 &&
           std::chrono::duration<double>(clock::now() - start).count() > opt_.timeout) {
         broken_ = true;
+        detail::abandoned() = true;
         char secs[32];
         std::snprintf(secs, sizeof secs, "%g", opt_.timeout);
         gradix::detail::fail(what, ": ", call, " timed out after ", secs, " s on rank ", rank_,
@@ -257,6 +273,9 @@ class communicator {
     }
   }
   void require_usable(char const* what) const {
+    if (detail::abandoned())
+      gradix::detail::fail(what, ": an earlier exchange was abandoned after a timeout or a failed MPI_Test; "
+                                 "gradix makes no more MPI calls in this process (rank ", rank_, ")");
     if (broken_)
       gradix::detail::fail(what, ": the communicator is unusable after an earlier MPI error or "
                                  "timeout on rank ", rank_);
@@ -334,7 +353,7 @@ class communicator {
   }
   /// Lets posted exchanges progress (MPI moves nonblocking collectives inside its calls).
   void test(exchange& x) {
-    if (x.req == MPI_REQUEST_NULL || broken_) return;
+    if (x.req == MPI_REQUEST_NULL || broken_ || detail::abandoned()) return;
     int done = 0;
     check(MPI_Test(&x.req, &done, MPI_STATUS_IGNORE), "MPI_Test");
   }
@@ -352,6 +371,13 @@ class communicator {
   /// Checks that every rank passed the same `values` (shapes, options): otherwise every rank
   /// throws, naming the first rank that differs from rank 0 and both values.
   void agree(std::vector<std::int64_t> const& values, std::vector<char const*> const& names, char const* what) {
+    // the number of values first: an all-gather needs the same length on every rank
+    std::int64_t const n0 = std::int64_t(values.size());
+    auto const lengths = allgather(std::span<std::int64_t const>(&n0, 1), what);
+    for (int r = 1; r < size_; ++r)
+      if (lengths[std::size_t(r)] != lengths[0])
+        gradix::detail::fail(what, ": the ranks disagree on the number of values to compare (parameters?): rank 0 has ",
+                             lengths[0], ", rank ", r, " has ", lengths[std::size_t(r)]);
     auto const all = allgather(std::span<std::int64_t const>(values), what);
     std::size_t const n = values.size();
     for (int r = 1; r < size_; ++r)
@@ -379,9 +405,10 @@ class block_split {
   block_split(communicator& c, index_t global_samples, index_t block_samples)
       : n_(global_samples), g_(block_samples) {
     char const* what = "gradix::dist::block_split";
+    // (agreed first, so that a bad size is the same error on every rank, not a timeout)
+    c.agree({global_samples, block_samples}, {"the global batch size", "the block size"}, what);
     if (global_samples < 0) gradix::detail::fail(what, ": the batch has ", global_samples, " samples (must be >= 0)");
     if (block_samples <= 0) gradix::detail::fail(what, ": the block size is ", block_samples, " samples (must be > 0)");
-    c.agree({global_samples, block_samples}, {"the global batch size", "the block size"}, what);
     blocks_ = (n_ + g_ - 1) / g_;
     first_ = blocks_ * c.rank() / c.size();
     end_ = blocks_ * (c.rank() + 1) / c.size();
@@ -493,9 +520,7 @@ class sharded_table {
   /// without it the rows are zero.
   sharded_table(communicator& c, index_t rows, index_t dim, placement p = placement::block,
                 std::function<void(index_t, std::span<T>)> const& init = {})
-      : c_(&c), n_(rows), d_(dim), p_(p), local_(make_local(c, rows, dim, p)) {
-    c.agree({rows, dim, std::int64_t(p)}, {"the number of rows", "the row length", "the placement"},
-            "gradix::dist::sharded_table");
+      : c_(&c), n_(rows), d_(dim), p_(p), agreed_(agree_shape(c, rows, dim, p)), local_(make_local(c, rows, dim, p)) {
     if (init) {
       auto& v = local_.value();
       for (index_t k = 0; k < owned(); ++k) init(global_row(k), std::span<T>(v.data() + k * d_, std::size_t(d_)));
@@ -509,7 +534,7 @@ class sharded_table {
   ~sharded_table() {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin && row_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&row_type_);
+    if (!fin && row_type_ != MPI_DATATYPE_NULL && !detail::abandoned()) MPI_Type_free(&row_type_);
   }
 
   index_t rows() const { return n_; }
@@ -778,6 +803,12 @@ class sharded_table {
   }
 
  private:
+  // (agreed before anything is checked or allocated: a bad shape is the same error on every rank)
+  static bool agree_shape(communicator& c, index_t rows, index_t dim, gradix::dist::placement p) {
+    c.agree({rows, dim, std::int64_t(p)}, {"the number of rows", "the row length", "the placement"},
+            "gradix::dist::sharded_table");
+    return true;
+  }
   static local_type make_local(communicator& c, index_t rows, index_t dim, gradix::dist::placement p) {
     char const* what = "gradix::dist::sharded_table";
     if (rows <= 0 || dim <= 0)
@@ -790,6 +821,7 @@ class sharded_table {
   communicator* c_;
   index_t n_, d_;
   gradix::dist::placement p_;
+  bool agreed_;
   local_type local_;
   detail::id_map<std::int32_t> in_block_;   // fetch's bookkeeping, kept between calls
   detail::id_map<std::int64_t> distinct_;
@@ -824,14 +856,11 @@ class data_parallel {
     static_assert((!P::grad_spec::sparse && ...),
                   "gradix::dist::data_parallel: parameters with sparse gradients belong in a sharded_table");
     (add(params), ...);
+    c.agree({std::int64_t(params_.size()), o.exact ? 1 : 0}, {"the number of parameters", "data_parallel_options::exact"},
+            "gradix::dist::data_parallel");
     std::vector<std::int64_t> sizes;
     for (auto const& e : params_) sizes.push_back(e.size);
-    std::vector<char const*> names(sizes.size(), "a parameter's element count");
-    sizes.push_back(std::int64_t(params_.size()));
-    names.push_back("the number of parameters");
-    sizes.push_back(o.exact ? 1 : 0);
-    names.push_back("data_parallel_options::exact");
-    c.agree(sizes, names, "gradix::dist::data_parallel");
+    c.agree(sizes, std::vector<char const*>(sizes.size(), "a parameter's element count"), "gradix::dist::data_parallel");
     int const R = c.size();
     index_t const B = split.blocks();
     most_ = (B + R - 1) / R;
@@ -852,6 +881,23 @@ class data_parallel {
       : data_parallel(c, split, data_parallel_options{}, params...) {}
   data_parallel(data_parallel const&) = delete;
   data_parallel& operator=(data_parallel const&) = delete;
+  /// Exchanges still in flight (blocks kept, no reduce) finish first: their buffers are ours.
+  /// If that fails or times out, the buffers are left allocated (see detail::abandoned).
+  ~data_parallel() {
+    bool pending = false;
+    for (auto& x : ex_) pending = pending || x.req != MPI_REQUEST_NULL;
+    if (!pending) return;
+    try {
+      if (!detail::abandoned())
+        for (auto& x : ex_) own_.wait(x, "gradix::dist::data_parallel::~data_parallel");
+    } catch (gradix::error const&) {
+    }
+    if (detail::abandoned()) {  // MPI may still write into them: never freed
+      new std::vector<T>(std::move(kept_));
+      new std::vector<T>(std::move(recv_));
+      new std::vector<communicator::exchange>(std::move(ex_));
+    }
+  }
 
   /// The private communicator its exchanges run on (traffic() counts them).
   communicator& comm() { return own_; }
@@ -893,13 +939,15 @@ class data_parallel {
     int const R = c_->size();
     std::vector<T> sum(static_cast<std::size_t>(total_));
     if (!o_.exact) {
+      kept_count_ = 0;  // (even if a rank failed: the next step starts afresh)
+      std::vector<T> mine(kept_.begin(), kept_.end());
+      std::fill(kept_.begin(), kept_.end(), T(0));
       c_->exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
       MPI_Request req;
-      c_->check(MPI_Iallreduce(kept_.data(), sum.data(), detail::to_int_count(total_, what, "MPI_Iallreduce"),
+      c_->check(MPI_Iallreduce(mine.data(), sum.data(), detail::to_int_count(total_, what, "MPI_Iallreduce"),
                                detail::mpi_type<T>(), MPI_SUM, c_->get(), &req),
                 "MPI_Iallreduce");
       c_->wait(req, "MPI_Iallreduce", what);
-      std::fill(kept_.begin(), kept_.end(), T(0));
     } else {
       // the exchanges every rank posts: one per block of the rank with the most blocks (a
       // rank without its k-th block sends nothing in exchange k, a block not kept sends zeros)

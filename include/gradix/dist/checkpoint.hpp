@@ -67,6 +67,7 @@ class checkpoint {
   /// An optimizer that steps the tables' local() parameters, given in the optimizer's order
   /// (its parameter k is tables[k].local()); add_table each table first. Its per-row state
   /// (moments, last steps, accumulators) is saved with the rows; its scalars in the manifest.
+  /// Collective (the ranks decide together which state is per row).
   template <class O, class... T>
   checkpoint& add_table_optimizer(std::string const& name, O& opt, sharded_table<T>&... tables) {
     static_assert(sizeof...(T) > 0, "gradix::dist::checkpoint::add_table_optimizer: name the tables it steps");
@@ -77,19 +78,31 @@ class checkpoint {
     (which.push_back(find_table(&tables, name)), ...);
     std::vector<gradix::detail::ckpt::field> fs;
     opt.visit_state(gradix::detail::ckpt::state_collector{name + ".", &fs});
-    for (auto& f : fs) {
-      // NAME.BASE.K with K a table index and the table's owned rows first: per-row state
+    // NAME.BASE.K with K a table index, and the table's owned rows first: per-row state. A
+    // rank that owns no rows cannot tell an empty per-row vector from an empty replicated
+    // one, so the ranks decide together: per-row where every rank says so.
+    std::vector<std::int64_t> per_row(fs.size(), 0);
+    std::vector<std::size_t> table_of(fs.size(), which.size());
+    for (std::size_t q = 0; q < fs.size(); ++q) {
+      auto const& f = fs[q];
       auto const dot = f.name.find_last_of('.');
       std::size_t k = which.size();
       if (dot != std::string::npos && dot + 1 < f.name.size() &&
           f.name.find_first_not_of("0123456789", dot + 1) == std::string::npos)
         k = std::stoul(f.name.substr(dot + 1));
-      if (k < which.size() && !f.extents.empty() && f.extents[0] == which[k]->owned &&
-          (f.extents.size() == 1 || (f.extents.size() == 2 && f.extents[1] == which[k]->dim && f.layout == 0))) {
-        which[k]->fields.push_back(std::move(f));
-      } else {
-        replicated_.push_back(std::move(f));
-      }
+      table_of[q] = k;
+      per_row[q] = k < which.size() && !f.extents.empty() && f.extents[0] == which[k]->owned &&
+                   (f.extents.size() == 1 || (f.extents.size() == 2 && f.extents[1] == which[k]->dim && f.layout == 0));
+    }
+    char const* what = "gradix::dist::checkpoint::add_table_optimizer";
+    std::int64_t const n = std::int64_t(fs.size());
+    c_->agree({n}, {"the number of the optimizer's state records"}, what);
+    auto const all = c_->allgather(std::span<std::int64_t const>(per_row), what);
+    for (std::size_t q = 0; q < fs.size(); ++q) {
+      bool every = true;
+      for (int r = 0; r < c_->size(); ++r) every = every && all[std::size_t(r) * fs.size() + q] != 0;
+      if (every) which[table_of[q]]->fields.push_back(std::move(fs[q]));
+      else replicated_.push_back(std::move(fs[q]));
     }
     return *this;
   }
@@ -126,7 +139,12 @@ class checkpoint {
     } catch (gradix::error const& e) {
       err = e.what();
     }
-    agree_ok(err, what, "wrote no shard file");
+    try {
+      agree_ok(err, what, "wrote no shard file");
+    } catch (gradix::error const&) {
+      if (c_->usable() && err.empty()) std::remove(shard.c_str());  // (known unused: no manifest follows)
+      throw;
+    }
     // the commit: rank 0's manifest
     if (me == 0) {
       try {
@@ -142,15 +160,19 @@ class checkpoint {
     }
     try {
       agree_ok(err, what, "could not write the manifest");
-    } catch (...) {
-      std::remove(shard.c_str());
+    } catch (gradix::error const&) {
+      // Only when the answer arrived (rank 0 said its manifest failed) is the new shard
+      // file known to be unused. After a timeout the manifest may name it: keep it.
+      if (c_->usable()) std::remove(shard.c_str());
       throw;
     }
-    // the previous generation's shard files: rank r removes those numbered r, r + R, ...
-    if (prev_gen_ != 0)
+    // the previous generation's shard files (of the checkpoint this one replaced, at this
+    // path): rank r removes those numbered r, r + R, ...
+    if (prev_gen_ != 0 && prev_path_ == path)
       for (int s = me; s < prev_ranks_; s += R) std::remove(shard_path(path, s, prev_ranks_, prev_gen_).c_str());
     prev_gen_ = last_gen_ = gen;
     prev_ranks_ = R;
+    prev_path_ = path;
   }
 
   /// Collective: loads the checkpoint at `path`, saved at any rank count. Throws gradix::error
@@ -195,6 +217,7 @@ class checkpoint {
     for (auto& c : commits) c();
     prev_gen_ = last_gen_ = gen;
     prev_ranks_ = int(ranks);
+    prev_path_ = path;
   }
 
   /// The shard file of rank r of R in generation gen.
@@ -340,6 +363,7 @@ class checkpoint {
   std::vector<std::string> names_;
   std::int64_t last_gen_ = 0, prev_gen_ = 0;
   int prev_ranks_ = 0;
+  std::string prev_path_;
 };
 
 }  // namespace gradix::dist

@@ -166,6 +166,10 @@ class nccl_data_parallel {
     static_assert((!P::grad_spec::sparse && ...),
                   "gradix::dist::nccl_data_parallel: parameters with sparse gradients belong in a sharded table");
     (add(params), ...);
+    if constexpr (requires { l_->stream(); })
+      if (l_->stream() != c.stream())
+        gradix::detail::fail("gradix::dist::nccl_data_parallel: the parameters' launcher runs on another CUDA stream "
+                             "than the NCCL communicator (make the nccl_communicator with the launcher's stream)");
     std::vector<std::int64_t> sizes{total_, std::int64_t(params_.size()), o.exact ? 1 : 0};
     c.mpi().agree(sizes, {"the parameters' element count", "the number of parameters", "data_parallel_options::exact"},
                   "gradix::dist::nccl_data_parallel");
@@ -230,7 +234,12 @@ class nccl_data_parallel {
       grid::ordered_block_sum(*l_, recv_, part_, split_.blocks(), w, wmax_);
     } else {
       kept_count_ = 0;
-      c_->mpi().exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
+      try {
+        c_->mpi().exchange_counts(std::vector<std::int64_t>(std::size_t(R), 0), bad.empty(), bad, what);
+      } catch (gradix::error const&) {
+        l_->fill_zero(kept_, std::size_t(total_) * sizeof(T));  // (the next step starts afresh)
+        throw;
+      }
       c_->check(ncclAllReduce(kept_, sum_, std::size_t(total_), detail::nccl_type<T>(), ncclSum, c_->get(), c_->stream()),
                 "ncclAllReduce", what);
       l_->fill_zero(kept_, std::size_t(total_) * sizeof(T));
