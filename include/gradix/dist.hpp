@@ -626,7 +626,7 @@ class sharded_table {
       sdisp[std::size_t(r) + 1] = sdisp[std::size_t(r)] + scount[std::size_t(r)];
       rdisp[std::size_t(r) + 1] = rdisp[std::size_t(r)] + rcount[std::size_t(r)];
     }
-    std::vector<std::int64_t> want(distinct.size());
+    std::int64_t* const want = room(s_.want, distinct.size());
     {
       auto fill = sdisp;
       for (std::int64_t id : distinct) {
@@ -635,23 +635,25 @@ class sharded_table {
         *slot_of.find(id) = at;
       }
     }
-    std::vector<std::int64_t> asked(static_cast<std::size_t>(rdisp[std::size_t(R)]));
-    c_->alltoallv(want.data(), scount, asked.data(), rcount, MPI_INT64_T, sizeof(std::int64_t), what);
-    // the owner copies the asked rows out
-    std::vector<T> out(asked.size() * std::size_t(d_)), got(want.size() * std::size_t(d_));
+    std::size_t const nasked = static_cast<std::size_t>(rdisp[std::size_t(R)]);
+    std::int64_t* const asked = room(s_.asked, nasked);
+    c_->alltoallv(want, scount, asked, rcount, MPI_INT64_T, sizeof(std::int64_t), what);
+    // the owner copies the asked rows out (into buffers kept between calls: no zero-filling)
+    T* const out = room(s_.out, nasked * std::size_t(d_));
+    T* const got = room(s_.got, distinct.size() * std::size_t(d_));
     T const* v = local_.value().data();
-    for (std::size_t k = 0; k < asked.size(); ++k) {
+    for (std::size_t k = 0; k < nasked; ++k) {
       std::int64_t const id = asked[k];
       if (id < 0 || id >= n_ || owner(id) != c_->rank())
         gradix::detail::fail(what, ": rank ", c_->rank(), " was asked for row ", id, " which it does not own");
-      std::memcpy(out.data() + k * std::size_t(d_), v + local_row(id) * d_, std::size_t(d_) * sizeof(T));
+      std::memcpy(out + k * std::size_t(d_), v + local_row(id) * d_, std::size_t(d_) * sizeof(T));
     }
-    c_->alltoallv(out.data(), rcount, got.data(), scount, row_type_, std::size_t(d_) * sizeof(T), what);
+    c_->alltoallv(out, rcount, got, scount, row_type_, std::size_t(d_) * sizeof(T), what);
     // the lookup: rows per (block, id)
     lookup<T> L(index_t(pair_id.size()), d_);
     T* dst = L.rows_.value().data();
     for (std::size_t k = 0; k < pair_id.size(); ++k)
-      std::memcpy(dst + k * std::size_t(d_), got.data() + std::size_t(*slot_of.find(pair_id[k])) * std::size_t(d_),
+      std::memcpy(dst + k * std::size_t(d_), got + std::size_t(*slot_of.find(pair_id[k])) * std::size_t(d_),
                   std::size_t(d_) * sizeof(T));
     L.index_ = std::move(index);
     L.offsets_.assign(offsets.begin(), offsets.end());
@@ -761,20 +763,22 @@ class sharded_table {
     }
     auto const rcount = c_->exchange_counts(scount, bad.empty(), bad, what);
     std::int64_t const nrecv = std::accumulate(rcount.begin(), rcount.end(), std::int64_t(0));
-    std::vector<std::int64_t> keys(send_rows.size() * 2), rkeys(std::size_t(nrecv) * 2);
-    std::vector<T> vals(send_rows.size() * std::size_t(d_)), rvals(std::size_t(nrecv) * std::size_t(d_));
+    std::int64_t* const keys = room(s_.want, send_rows.size() * 2);
+    std::int64_t* const rkeys = room(s_.asked, std::size_t(nrecv) * 2);
+    T* const vals = room(s_.out, send_rows.size() * std::size_t(d_));
+    T* const rvals = room(s_.got, std::size_t(nrecv) * std::size_t(d_));
     for (std::size_t k = 0; k < send_rows.size(); ++k) {
       std::size_t const e = send_rows[k];
       keys[2 * k] = eid[e];
       keys[2 * k + 1] = eblock[e];
-      std::memcpy(vals.data() + k * std::size_t(d_), rows_of + esrc[e] * std::size_t(d_), std::size_t(d_) * sizeof(T));
+      std::memcpy(vals + k * std::size_t(d_), rows_of + esrc[e] * std::size_t(d_), std::size_t(d_) * sizeof(T));
     }
     auto twice = [](std::vector<std::int64_t> v) {
       for (auto& x : v) x *= 2;
       return v;
     };
-    c_->alltoallv(keys.data(), twice(scount), rkeys.data(), twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what);
-    c_->alltoallv(vals.data(), scount, rvals.data(), rcount, row_type_, std::size_t(d_) * sizeof(T), what);
+    c_->alltoallv(keys, twice(scount), rkeys, twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what);
+    c_->alltoallv(vals, scount, rvals, rcount, row_type_, std::size_t(d_) * sizeof(T), what);
     L.pushed_ = true;
     // The owner's sum. What arrives is in global block order: by source rank (ranks hold
     // ascending runs of blocks), and from each rank in its blocks' order (the entries keep
@@ -797,7 +801,7 @@ class sharded_table {
     for (std::size_t e = 0; e < std::size_t(nrecv); ++e) {
       index_t const slot = st.reserve(local_row(rkeys[2 * e]));
       T* dst = st.data() + slot * st.slice_elements();
-      T const* src = rvals.data() + e * std::size_t(d_);
+      T const* src = rvals + e * std::size_t(d_);
       for (index_t x = 0; x < d_; ++x) dst[x] += src[x];
     }
   }
@@ -825,6 +829,16 @@ class sharded_table {
   local_type local_;
   detail::id_map<std::int32_t> in_block_;   // fetch's bookkeeping, kept between calls
   detail::id_map<std::int64_t> distinct_;
+  // exchange buffers, kept between calls (they grow; they are never zero-filled again)
+  struct {
+    std::vector<std::int64_t> want, asked;
+    std::vector<T> out, got;
+  } s_;
+  template <class V>
+  static typename V::value_type* room(V& v, std::size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
   MPI_Datatype row_type_ = MPI_DATATYPE_NULL;
 };
 
