@@ -326,7 +326,7 @@ class communicator {
   /// s's items at recv + rdispl[s] instead.
   void post(exchange& x, void const* send, std::vector<std::int64_t> const& scount, void* recv,
             std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what,
-            std::vector<std::int64_t> const* rdispl = nullptr) {
+            std::vector<std::int64_t> const* rdispl = nullptr, bool skip_self = false) {
     require_usable(what);
     auto const n = static_cast<std::size_t>(size_);
     x.sc.assign(n, 0);
@@ -348,6 +348,7 @@ class communicator {
         traffic_.messages_sent += scount[i] > 0 ? 1 : 0;
       }
     }
+    if (skip_self) x.sc[std::size_t(rank_)] = x.rc[std::size_t(rank_)] = 0;  // (the caller moves its own share)
     check(MPI_Ialltoallv(send, x.sc.data(), x.sd.data(), type, recv, x.rc.data(), x.rd.data(), type, comm_, &x.req),
           "MPI_Ialltoallv");
   }
@@ -360,11 +361,13 @@ class communicator {
   void wait(exchange& x, char const* what) {
     if (x.req != MPI_REQUEST_NULL) wait(x.req, "MPI_Ialltoallv", what);
   }
-  /// A blocking all-to-all-v (post, then wait with the deadline).
+  /// A blocking all-to-all-v (post, then wait with the deadline). With skip_self the buffers
+  /// keep a place for this rank's own share, which MPI leaves alone (the caller moves it).
   void alltoallv(void const* send, std::vector<std::int64_t> const& scount, void* recv,
-                 std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what) {
+                 std::vector<std::int64_t> const& rcount, MPI_Datatype type, std::size_t bytes, char const* what,
+                 bool skip_self = false) {
     exchange x;
-    post(x, send, scount, recv, rcount, type, bytes, what);
+    post(x, send, scount, recv, rcount, type, bytes, what, nullptr, skip_self);
     wait(x, what);
   }
 
@@ -637,24 +640,31 @@ class sharded_table {
     }
     std::size_t const nasked = static_cast<std::size_t>(rdisp[std::size_t(R)]);
     std::int64_t* const asked = room(s_.asked, nasked);
-    c_->alltoallv(want, scount, asked, rcount, MPI_INT64_T, sizeof(std::int64_t), what);
+    // (this rank's own rows do not go through MPI: they are copied straight into the lookup)
+    c_->alltoallv(want, scount, asked, rcount, MPI_INT64_T, sizeof(std::int64_t), what, true);
     // the owner copies the asked rows out (into buffers kept between calls: no zero-filling)
+    int const me = c_->rank();
     T* const out = room(s_.out, nasked * std::size_t(d_));
     T* const got = room(s_.got, distinct.size() * std::size_t(d_));
     T const* v = local_.value().data();
-    for (std::size_t k = 0; k < nasked; ++k) {
-      std::int64_t const id = asked[k];
-      if (id < 0 || id >= n_ || owner(id) != c_->rank())
-        gradix::detail::fail(what, ": rank ", c_->rank(), " was asked for row ", id, " which it does not own");
-      std::memcpy(out + k * std::size_t(d_), v + local_row(id) * d_, std::size_t(d_) * sizeof(T));
+    for (int r = 0; r < R; ++r) {
+      if (r == me) continue;  // (the place of this rank's own share stays unused)
+      for (std::size_t k = std::size_t(rdisp[std::size_t(r)]); k < std::size_t(rdisp[std::size_t(r) + 1]); ++k) {
+        std::int64_t const id = asked[k];
+        if (id < 0 || id >= n_ || owner(id) != me)
+          gradix::detail::fail(what, ": rank ", me, " was asked for row ", id, " which it does not own");
+        std::memcpy(out + k * std::size_t(d_), v + local_row(id) * d_, std::size_t(d_) * sizeof(T));
+      }
     }
-    c_->alltoallv(out, rcount, got, scount, row_type_, std::size_t(d_) * sizeof(T), what);
-    // the lookup: rows per (block, id)
+    c_->alltoallv(out, rcount, got, scount, row_type_, std::size_t(d_) * sizeof(T), what, true);
+    // the lookup: rows per (block, id), this rank's own from its values
     lookup<T> L(index_t(pair_id.size()), d_);
     T* dst = L.rows_.value().data();
-    for (std::size_t k = 0; k < pair_id.size(); ++k)
-      std::memcpy(dst + k * std::size_t(d_), got + std::size_t(*slot_of.find(pair_id[k])) * std::size_t(d_),
-                  std::size_t(d_) * sizeof(T));
+    for (std::size_t k = 0; k < pair_id.size(); ++k) {
+      std::int64_t const id = pair_id[k];
+      T const* src = owner(id) == me ? v + local_row(id) * d_ : got + std::size_t(*slot_of.find(id)) * std::size_t(d_);
+      std::memcpy(dst + k * std::size_t(d_), src, std::size_t(d_) * sizeof(T));
+    }
     L.index_ = std::move(index);
     L.offsets_.assign(offsets.begin(), offsets.end());
     L.first_block_ = split.first_block();
@@ -767,7 +777,14 @@ class sharded_table {
     std::int64_t* const rkeys = room(s_.asked, std::size_t(nrecv) * 2);
     T* const vals = room(s_.out, send_rows.size() * std::size_t(d_));
     T* const rvals = room(s_.got, std::size_t(nrecv) * std::size_t(d_));
+    int const me = c_->rank();
+    std::vector<std::int64_t> sdisp(static_cast<std::size_t>(R) + 1, 0), rdisp(static_cast<std::size_t>(R) + 1, 0);
+    for (int r = 0; r < R; ++r) {
+      sdisp[std::size_t(r) + 1] = sdisp[std::size_t(r)] + scount[std::size_t(r)];
+      rdisp[std::size_t(r) + 1] = rdisp[std::size_t(r)] + rcount[std::size_t(r)];
+    }
     for (std::size_t k = 0; k < send_rows.size(); ++k) {
+      if (std::int64_t(k) >= sdisp[std::size_t(me)] && std::int64_t(k) < sdisp[std::size_t(me) + 1]) continue;  // (own rows: added below, without MPI)
       std::size_t const e = send_rows[k];
       keys[2 * k] = eid[e];
       keys[2 * k + 1] = eblock[e];
@@ -777,32 +794,48 @@ class sharded_table {
       for (auto& x : v) x *= 2;
       return v;
     };
-    c_->alltoallv(keys, twice(scount), rkeys, twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what);
-    c_->alltoallv(vals, scount, rvals, rcount, row_type_, std::size_t(d_) * sizeof(T), what);
+    c_->alltoallv(keys, twice(scount), rkeys, twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what, true);
+    c_->alltoallv(vals, scount, rvals, rcount, row_type_, std::size_t(d_) * sizeof(T), what, true);
     L.pushed_ = true;
     // The owner's sum. What arrives is in global block order: by source rank (ranks hold
     // ascending runs of blocks), and from each rank in its blocks' order (the entries keep
-    // the lookup's order, which is block by block). So adding the entries as they come adds
-    // each row's blocks in order, with no sort. Checked first, before anything is added.
+    // the lookup's order, which is block by block). So adding the entries as they come, this
+    // rank's own in their rank's place, adds each row's blocks in order, with no sort.
+    // Checked first, before anything is added.
     {
-      std::int64_t at = 0, last_block = -1;
-      for (int r = 0; r < R; ++r)
-        for (std::int64_t k = 0; k < rcount[std::size_t(r)]; ++k, ++at) {
+      std::int64_t last_block = -1;
+      for (int r = 0; r < R; ++r) {
+        if (r == me) {
+          if (scount[std::size_t(me)] > 0) last_block = eblock[send_rows[std::size_t(sdisp[std::size_t(me) + 1] - 1)]];
+          continue;
+        }
+        for (std::int64_t at = rdisp[std::size_t(r)]; at < rdisp[std::size_t(r) + 1]; ++at) {
           std::int64_t const id = rkeys[std::size_t(2 * at)], blk = rkeys[std::size_t(2 * at + 1)];
-          if (id < 0 || id >= n_ || owner(id) != c_->rank())
-            gradix::detail::fail(what, ": rank ", c_->rank(), " received a gradient for row ", id, " which it does not own");
+          if (id < 0 || id >= n_ || owner(id) != me)
+            gradix::detail::fail(what, ": rank ", me, " received a gradient for row ", id, " which it does not own");
           if (blk < last_block)
-            gradix::detail::fail(what, ": rank ", c_->rank(), " received block ", blk, " after block ", last_block,
+            gradix::detail::fail(what, ": rank ", me, " received block ", blk, " after block ", last_block,
                                  " (the ranks' blocks are out of order)");
           last_block = blk;
         }
+      }
     }
     auto& st = local_.grad();
-    for (std::size_t e = 0; e < std::size_t(nrecv); ++e) {
-      index_t const slot = st.reserve(local_row(rkeys[2 * e]));
+    auto add = [&](std::int64_t id, T const* src) {
+      index_t const slot = st.reserve(local_row(id));
       T* dst = st.data() + slot * st.slice_elements();
-      T const* src = rvals + e * std::size_t(d_);
       for (index_t x = 0; x < d_; ++x) dst[x] += src[x];
+    };
+    for (int r = 0; r < R; ++r) {
+      if (r == me) {
+        for (std::int64_t k = sdisp[std::size_t(me)]; k < sdisp[std::size_t(me) + 1]; ++k) {
+          std::size_t const e = send_rows[std::size_t(k)];
+          add(eid[e], rows_of + esrc[e] * std::size_t(d_));
+        }
+        continue;
+      }
+      for (std::int64_t at = rdisp[std::size_t(r)]; at < rdisp[std::size_t(r) + 1]; ++at)
+        add(rkeys[std::size_t(2 * at)], rvals + std::size_t(at) * std::size_t(d_));
     }
   }
 
