@@ -23,13 +23,16 @@
 /// manifest and every shard file it names, checks them all (checksums, shapes, every row
 /// present exactly once), and takes the rows that this rank owns under the table's placement
 /// at the current rank count; only when every rank's checks passed does any rank change its
-/// objects. A rank reads every shard file, one at a time (its memory: one shard file and its
-/// own rows twice).
+/// objects. A rank reads every shard file, twice and a chunk at a time (check, then copy its
+/// rows): its memory is a chunk and its own rows twice, never another rank's rows.
 #include "gradix/checkpoint.hpp"
 #include "gradix/dist.hpp"
 
 #include <chrono>
+#include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <cstdio>
 #include <functional>
@@ -37,7 +40,107 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>  // off_t (fseeko, ftello)
+
 namespace gradix::dist {
+
+namespace detail {
+/// Reads a gx::checkpoint file front to back in chunks, checking its framing and checksum
+/// as it goes, so that a rank can take the rows it owns from a shard file without holding
+/// the file (a checkpoint saved on fewer ranks has bigger shard files).
+class shard_reader {
+ public:
+  shard_reader(std::string path, char const* what) : path_(std::move(path)), what_(what) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) gradix::detail::fail(what_, ": cannot open ", path_, ": ", std::strerror(errno));
+    std::uint64_t size = 0;
+    if (::fseeko(f_, 0, SEEK_END) == 0) {
+      off_t const at = ::ftello(f_);
+      if (at > 0) size = std::uint64_t(at);
+    }
+    ::fseeko(f_, 0, SEEK_SET);
+    if (size < 8 + 4 + 4 + 8)
+      gradix::detail::fail(what_, ": ", path_, " is not a gradix checkpoint (no GRADIXCK header)");
+    end_ = size - 8;
+    char magic[8];
+    read(magic, 8, "the header");
+    if (std::memcmp(magic, gradix::detail::ckpt::magic, 8) != 0)
+      gradix::detail::fail(what_, ": ", path_, " is not a gradix checkpoint (no GRADIXCK header)");
+    auto const version = get<std::uint32_t>("the header");
+    if (version != gradix::detail::ckpt::format_version)
+      gradix::detail::fail(what_, ": ", path_, ": format version ", version, "; this gradix reads version ",
+                           gradix::detail::ckpt::format_version);
+    count_ = get<std::uint32_t>("the header");
+  }
+  shard_reader(shard_reader const&) = delete;
+  shard_reader& operator=(shard_reader const&) = delete;
+  ~shard_reader() {
+    if (f_) std::fclose(f_);
+  }
+  std::string const& path() const { return path_; }
+  std::uint32_t count() const { return count_; }
+  /// The next record's header; the reader then stands at its data (record::bytes of them).
+  gradix::detail::ckpt::record header() {
+    gradix::detail::ckpt::record r;
+    auto const len = get<std::uint32_t>("a record's name");
+    need(len, "a record's name");
+    r.name.resize(len);
+    read(r.name.data(), len, "a record's name");
+    r.type = get<std::uint8_t>("a record's header");
+    r.layout = get<std::uint8_t>("a record's header");
+    auto const rank = get<std::uint8_t>("a record's header");
+    (void)get<std::uint8_t>("a record's header");
+    r.extents.resize(rank);
+    for (auto& e : r.extents) e = get<std::int64_t>("a record's shape");
+    r.bytes = std::size_t(get<std::uint64_t>("a record's size"));
+    need(r.bytes, "a record's data");
+    r.offset = std::size_t(pos_);
+    return r;
+  }
+  /// Reads n bytes (hashing them).
+  void read(void* dst, std::size_t n, char const* inside) {
+    need(n, inside);
+    if (n > 0 && std::fread(dst, 1, n, f_) != n)
+      gradix::detail::fail(what_, ": cannot read ", path_, " (inside ", inside, ")");
+    h_ = gradix::detail::ckpt::fnv1a(static_cast<unsigned char const*>(dst), n, h_);
+    pos_ += n;
+  }
+  void skip(std::size_t n) {
+    std::vector<unsigned char> chunk(std::min<std::size_t>(n, 1 << 20));
+    while (n > 0) {
+      std::size_t const k = std::min(n, chunk.size());
+      read(chunk.data(), k, "a record's data");
+      n -= k;
+    }
+  }
+  /// After the last record: checks that nothing follows and the checksum; returns it.
+  std::uint64_t finish() {
+    if (pos_ != end_) gradix::detail::fail(what_, ": ", path_, ": bytes after the last record (damaged)");
+    std::uint64_t stored = 0;
+    if (std::fread(&stored, 1, 8, f_) != 8) gradix::detail::fail(what_, ": cannot read ", path_);
+    if (stored != h_)
+      gradix::detail::fail(what_, ": ", path_, ": the checksum does not match (the file is damaged or truncated)");
+    return h_;
+  }
+
+ private:
+  template <class T>
+  T get(char const* inside) {
+    T x;
+    read(&x, sizeof x, inside);
+    return x;
+  }
+  void need(std::size_t n, char const* inside) {
+    if (n > end_ - pos_)
+      gradix::detail::fail(what_, ": ", path_, ": the file ends inside ", inside, " (truncated or damaged)");
+  }
+  std::string path_;
+  char const* what_;
+  std::FILE* f_ = nullptr;
+  std::uint64_t end_ = 0, pos_ = 0, h_ = 14695981039346656037ull;
+  std::uint32_t count_ = 0;
+};
+}  // namespace detail
 
 /// Saves and loads tables (by global row), the optimizers that step them (their per-row
 /// state follows the rows), and replicated objects (parameters, tensors, optimizers; saved
@@ -297,54 +400,108 @@ class checkpoint {
     }
     for (int r = 0; r < ranks; ++r) {
       std::string const file = shard_path(path, r, ranks, gen);
-      auto f = gradix::detail::ckpt::parse_file(file, what);
+      // pass 1: the framing, the checksum, the records' headers, and which rows are ours:
+      // (position in the file's records, local row), in file order, per table
+      std::vector<std::vector<std::pair<std::int64_t, index_t>>> mine(tables_.size());
+      std::vector<std::int64_t> n_of(tables_.size(), -1);
+      std::vector<gradix::detail::ckpt::record> headers;
+      std::uint64_t sum1 = 0;
+      {
+        detail::shard_reader rd(file, what);
+        std::vector<std::int64_t> chunk;
+        for (std::uint32_t k = 0; k < rd.count(); ++k) {
+          auto h = rd.header();
+          std::size_t t = tables_.size();
+          for (std::size_t q = 0; q < tables_.size(); ++q)
+            if (h.name == tables_[q].name + ".ids") t = q;
+          if (t == tables_.size()) {
+            rd.skip(h.bytes);
+          } else {
+            auto const& tab = tables_[t];
+            if (h.type != gradix::detail::ckpt::type_code<std::int64_t>() || h.extents.size() != 1 ||
+                h.bytes != std::size_t(h.extents[0]) * 8 || n_of[t] >= 0)
+              gradix::detail::fail(what, ": ", file, ": record '", h.name, "' is not one vector of 64-bit ids");
+            std::int64_t const n = h.extents[0];
+            n_of[t] = n;
+            for (std::int64_t i0 = 0; i0 < n; i0 += 65536) {
+              std::int64_t const m = std::min<std::int64_t>(65536, n - i0);
+              chunk.resize(std::size_t(m));
+              rd.read(chunk.data(), std::size_t(m) * 8, "a record's data");
+              for (std::int64_t j = 0; j < m; ++j) {
+                std::int64_t const id = chunk[std::size_t(j)];
+                if (id < 0 || id >= tab.rows)
+                  gradix::detail::fail(what, ": ", file, ": row id ", id, " is out of range for table '", tab.name,
+                                       "' of ", tab.rows, " rows");
+                if (tab.owner(id) != c_->rank()) continue;
+                index_t const lk = tab.local_row(id);
+                auto& have = (*st)[t].have[std::size_t(lk)];
+                if (have)
+                  gradix::detail::fail(what, ": ", file, ": row ", id, " of table '", tab.name, "' appears twice");
+                have = 1;
+                mine[t].push_back({i0 + j, lk});
+              }
+            }
+          }
+          headers.push_back(std::move(h));
+        }
+        sum1 = rd.finish();
+      }
       auto find = [&](std::string const& name) -> gradix::detail::ckpt::record const& {
-        for (auto const& rec : f.records)
+        for (auto const& rec : headers)
           if (rec.name == name) return rec;
         gradix::detail::fail(what, ": ", file, ": no record '", name, "' (the model differs from the one saved)");
       };
       std::size_t expected_records = 0;
       for (std::size_t t = 0; t < tables_.size(); ++t) {
         auto const& tab = tables_[t];
-        auto const& idr = find(tab.name + ".ids");
-        if (idr.type != gradix::detail::ckpt::type_code<std::int64_t>() || idr.extents.size() != 1)
-          gradix::detail::fail(what, ": ", file, ": record '", idr.name, "' is not a vector of 64-bit ids");
-        std::int64_t const n = idr.extents[0];
-        std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
-        if (n > 0) std::memcpy(ids.data(), f.data(idr), std::size_t(n) * 8);
+        if (n_of[t] < 0) (void)find(tab.name + ".ids");
         expected_records += 1 + tab.fields.size();
-        for (std::size_t q = 0; q < tab.fields.size(); ++q) {
-          auto const& fd = tab.fields[q];
+        for (auto const& fd : tab.fields) {
           auto const& rec = find(fd.name);
           auto want = fd.extents;
-          want[0] = n;
+          want[0] = n_of[t];
           if (rec.type != fd.type || rec.extents != want || rec.layout != fd.layout)
             gradix::detail::fail(what, ": ", file, ": record '", fd.name, "' holds ",
                                  gradix::detail::ckpt::type_name(rec.type), " ",
                                  gradix::detail::ckpt::shape_text(rec.extents), ", the program expects ",
                                  gradix::detail::ckpt::type_name(fd.type), " ", gradix::detail::ckpt::shape_text(want));
         }
-        for (std::int64_t i = 0; i < n; ++i) {
-          std::int64_t const id = ids[std::size_t(i)];
-          if (id < 0 || id >= tab.rows)
-            gradix::detail::fail(what, ": ", file, ": row id ", id, " is out of range for table '", tab.name, "' of ",
-                                 tab.rows, " rows");
-          if (tab.owner(id) != c_->rank()) continue;
-          index_t const k = tab.local_row(id);
-          auto& have = (*st)[t].have[std::size_t(k)];
-          if (have) gradix::detail::fail(what, ": ", file, ": row ", id, " of table '", tab.name, "' appears twice");
-          have = 1;
-          for (std::size_t q = 0; q < tab.fields.size(); ++q) {
-            auto const& rec = find(tab.fields[q].name);
-            std::size_t const row_bytes = n > 0 ? rec.bytes / std::size_t(n) : 0;
-            std::memcpy((*st)[t].data[q].data() + std::size_t(k) * row_bytes, f.data(rec) + std::size_t(i) * row_bytes,
+      }
+      if (headers.size() != expected_records)
+        gradix::detail::fail(what, ": ", file, ": ", headers.size(), " records, the program expects ",
+                             expected_records, " (the model differs from the one saved)");
+      // pass 2: our rows of every per-row record, a chunk of rows at a time
+      detail::shard_reader rd(file, what);
+      std::vector<unsigned char> buf;
+      for (std::uint32_t k = 0; k < rd.count(); ++k) {
+        auto h = rd.header();
+        std::size_t t = tables_.size(), q = 0;
+        for (std::size_t tt = 0; tt < tables_.size() && t == tables_.size(); ++tt)
+          for (std::size_t qq = 0; qq < tables_[tt].fields.size(); ++qq)
+            if (tables_[tt].fields[qq].name == h.name) t = tt, q = qq;
+        if (t == tables_.size() || n_of[t] <= 0) {
+          rd.skip(h.bytes);
+          continue;
+        }
+        std::int64_t const n = n_of[t];
+        if (h.bytes % std::size_t(n) != 0)
+          gradix::detail::fail(what, ": ", file, ": record '", h.name, "' has ", h.bytes, " bytes for ", n, " rows");
+        std::size_t const row_bytes = h.bytes / std::size_t(n);
+        std::int64_t const per_chunk = std::max<std::int64_t>(1, std::int64_t((1 << 20) / std::max<std::size_t>(1, row_bytes)));
+        auto const& want = mine[t];
+        std::size_t p = 0;
+        unsigned char* dst = (*st)[t].data[q].data();
+        for (std::int64_t i0 = 0; i0 < n; i0 += per_chunk) {
+          std::int64_t const m = std::min(per_chunk, n - i0);
+          buf.resize(std::size_t(m) * row_bytes);
+          rd.read(buf.data(), buf.size(), "a record's data");
+          for (; p < want.size() && want[p].first < i0 + m; ++p)
+            std::memcpy(dst + std::size_t(want[p].second) * row_bytes, buf.data() + std::size_t(want[p].first - i0) * row_bytes,
                         row_bytes);
-          }
         }
       }
-      if (f.records.size() != expected_records)
-        gradix::detail::fail(what, ": ", file, ": ", f.records.size(), " records, the program expects ",
-                             expected_records, " (the model differs from the one saved)");
+      if (rd.finish() != sum1)
+        gradix::detail::fail(what, ": ", file, " changed while it was read");
     }
     for (std::size_t t = 0; t < tables_.size(); ++t)
       for (index_t k = 0; k < tables_[t].owned; ++k)
