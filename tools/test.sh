@@ -14,7 +14,7 @@
 # builds with clang++-16 (installed like the other packages): the
 # gradient tests are mostly code generation, which clang does 3.3x faster at -O0 than g++ at
 # -O1, and test_optimization=auto (the default) builds them at -O0 and the suites that run
-# long at -O2. On 2 cores a fresh clone builds and tests in about 8 minutes this way (475 s);
+# long at -O2. On 2 cores a fresh clone builds and tests in about 9 minutes this way (516 s);
 # with CXX=g++ in about 12 (695 s; docs/performance.md, "The developer loop"). CI runs both compilers.
 # Where ccache is installed, meson uses it, and a rebuild of unchanged files is a cache hit.
 set -euo pipefail
