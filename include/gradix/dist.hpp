@@ -435,6 +435,27 @@ class block_split {
   index_t n_, g_, blocks_ = 0, first_ = 0, end_ = 0;
 };
 
+namespace detail {
+/// keep(j)'s checks (data_parallel and nccl_data_parallel): j must be the next of this rank's
+/// blocks; returns its local index.
+inline index_t next_block(char const* what, block_split const& split, index_t kept, index_t j) {
+  if (j < split.first_block() || j >= split.end_block())
+    gradix::detail::fail(what, ": block ", j, " is not one of this rank's blocks [", split.first_block(), ", ",
+                         split.end_block(), ")");
+  index_t const b = j - split.first_block();
+  if (b < kept) gradix::detail::fail(what, ": block ", j, " was already kept");
+  if (b > kept)
+    gradix::detail::fail(what, ": blocks are kept in order: block ", split.first_block() + kept, " comes before block ", j);
+  return b;
+}
+/// reduce()'s check: "" when every block of this rank was kept, else the error to flag.
+inline std::string missing_block(char const* what, block_split const& split, index_t kept, int rank) {
+  if (kept >= split.local_blocks()) return {};
+  return std::string(what) + ": block " + std::to_string(split.first_block() + kept) + " was not kept on rank " +
+         std::to_string(rank);
+}
+}  // namespace detail
+
 /// The sum of per-block values (this rank's blocks, in order) over the whole batch, added in
 /// global block order: the same bits at any rank count. Collective.
 inline double ordered_sum(communicator& c, block_split const& split, std::span<double const> mine) {
@@ -953,14 +974,7 @@ class data_parallel {
   /// and clears them, for the next block's backward. Exact mode: posts block j's exchange.
   void keep(index_t j) {
     char const* what = "gradix::dist::data_parallel::keep";
-    if (j < split_.first_block() || j >= split_.end_block())
-      gradix::detail::fail(what, ": block ", j, " is not one of this rank's blocks [", split_.first_block(), ", ",
-                           split_.end_block(), ")");
-    index_t const b = j - split_.first_block();
-    if (b < kept_count_) gradix::detail::fail(what, ": block ", j, " was already kept");
-    if (b > kept_count_)
-      gradix::detail::fail(what, ": blocks are kept in order: block ", split_.first_block() + kept_count_,
-                           " comes before block ", j);
+    index_t const b = detail::next_block(what, split_, kept_count_, j);
     T* dst = kept_.data() + (o_.exact ? std::size_t(b) * std::size_t(total_) : 0);
     for (auto& e : params_) {
       if (o_.exact) std::memcpy(dst, e.grad, std::size_t(e.size) * sizeof(T));
@@ -979,10 +993,7 @@ class data_parallel {
   /// rank throws and no gradient is written.
   void reduce() {
     char const* what = "gradix::dist::data_parallel::reduce";
-    std::string bad;
-    if (kept_count_ < split_.local_blocks())
-      bad = std::string(what) + ": block " + std::to_string(split_.first_block() + kept_count_) +
-            " was not kept on rank " + std::to_string(c_->rank());
+    std::string const bad = detail::missing_block(what, split_, kept_count_, c_->rank());
     int const R = c_->size();
     std::vector<T> sum(static_cast<std::size_t>(total_));
     if (!o_.exact) {

@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include "model.hpp"
+#include "testing.hpp"
 
 #include <gradix/dist/checkpoint.hpp>
 
@@ -32,14 +33,7 @@ using namespace dist_model;
 
 namespace {
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (gx::error const& e) {
-    return e.what();
-  }
-  return "";
-}
+using gradix::testing::error_of;
 
 // What the distributed run must equal: one process, no MPI, the batch in the same blocks,
 // each block's gradients taken alone and added in block order.

@@ -197,14 +197,7 @@ class nccl_data_parallel {
   /// mode enqueues block j's exchange.
   void keep(index_t j) {
     char const* what = "gradix::dist::nccl_data_parallel::keep";
-    if (j < split_.first_block() || j >= split_.end_block())
-      gradix::detail::fail(what, ": block ", j, " is not one of this rank's blocks [", split_.first_block(), ", ",
-                           split_.end_block(), ")");
-    index_t const b = j - split_.first_block();
-    if (b < kept_count_) gradix::detail::fail(what, ": block ", j, " was already kept");
-    if (b > kept_count_)
-      gradix::detail::fail(what, ": blocks are kept in order: block ", split_.first_block() + kept_count_,
-                           " comes before block ", j);
+    index_t const b = detail::next_block(what, split_, kept_count_, j);
     T* dst = kept_ + (o_.exact ? std::size_t(b) * std::size_t(total_) : 0);
     for (auto& e : params_) {
       if (o_.exact) l_->copy_device_to_device(dst, e.grad, std::size_t(e.size) * sizeof(T));
@@ -220,10 +213,7 @@ class nccl_data_parallel {
   /// the device). Every rank throws, and no gradient is written, if a rank missed a block.
   void reduce() {
     char const* what = "gradix::dist::nccl_data_parallel::reduce";
-    std::string bad;
-    if (kept_count_ < split_.local_blocks())
-      bad = std::string(what) + ": block " + std::to_string(split_.first_block() + kept_count_) +
-            " was not kept on rank " + std::to_string(c_->rank());
+    std::string const bad = detail::missing_block(what, split_, kept_count_, c_->rank());
     int const R = c_->size();
     if (o_.exact) {
       for (index_t b = kept_count_; b < most_; ++b) post_block(b, b < split_.local_blocks());
