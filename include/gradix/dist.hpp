@@ -743,7 +743,7 @@ class sharded_table {
   }
 
   /// Sends the gradient of every touched (block, id) row of the lookup to the row's owner,
-  /// which adds them into local().grad() in (id, global block) order: the same bits at any
+  /// which adds each row's gradients into local().grad() in global block order: the same bits at any
   /// rank count (push_options::exact = false trades that for less traffic). Collective;
   /// call once per lookup, after its backward passes.
   void push(lookup<T>& L, push_options o = {}) {
