@@ -46,3 +46,32 @@ gradix_need_packages() {
   fi
   apt-get install -q "${apt_opts[@]}" "${missing[@]}" || return 1
 }
+
+# Prints, one per line, the optional features that build directory $1 was configured
+# without although their option allows them and what they need is installed now (meson
+# wrote what it found to $1/gradix-features.txt; see meson.build), and "tests" when the
+# directory was set up with -Dtests=false. Prints "(no record)" when the file is missing (a
+# directory set up by an older gradix, or a failed setup).
+gradix_stale_features() {
+  local dir=$1 name allowed found
+  local record=$dir/gradix-features.txt
+  if [ ! -f "$record" ]; then
+    echo "(no record of its optional features: set up by an older gradix, or its setup failed)"
+    return 0
+  fi
+  while read -r name allowed found; do
+    case $name in '' | '#'*) continue ;; esac
+    if [ "$name" = tests ]; then
+      [ "$found" = yes ] || echo "tests (the directory was set up with -Dtests=false)"
+      continue
+    fi
+    [ "$allowed" = yes ] && [ "$found" = no ] || continue
+    case $name in
+      blas) [ -z "$(gradix_missing_packages libopenblas-dev)" ] && echo "blas (OpenBLAS: libopenblas-dev)" ;;
+      emulator) [ -z "$(gradix_missing_packages libboost-context-dev)" ] && echo "emulator (the grid emulator: libboost-context-dev)" ;;
+      mpi) [ -z "$(gradix_missing_packages libopenmpi-dev openmpi-bin)" ] && echo "mpi (libopenmpi-dev, openmpi-bin)" ;;
+      cuda) command -v nvcc >/dev/null 2>&1 && echo "cuda (nvcc is on PATH)" ;;
+    esac
+  done <"$record"
+  return 0
+}

@@ -8,7 +8,14 @@
 #
 # MESON_OPTION (e.g. -Dgradix_werror=true) goes to `meson setup` on the first run and to
 # `meson configure` later; MESON_TEST_ARG (e.g. --suite host) to `meson test`.
-# GRADIX_BUILD_DIR picks the build directory (default: build); CXX the compiler (first run).
+# GRADIX_BUILD_DIR picks the build directory (default: build); CXX the compiler (first run);
+# GRADIX_SETUP_OPTIONS more options for `meson setup` (as tools/example.sh takes them).
+#
+# An existing build directory is checked first: if it was configured without an optional
+# feature whose packages are installed now (OpenBLAS, the grid emulator's Boost.Context,
+# MPI, nvcc; meson records what it found in <build>/gradix-features.txt), or with
+# -Dtests=false, the script says so and reconfigures it, so that every suite this machine
+# can run is built (tools/example.sh, run first as the README says, installs fewer packages).
 #
 # Without CXX, the first run (no build directory yet; tools/example.sh sets one up with c++)
 # builds with clang++-16 (installed like the other packages): the
@@ -38,6 +45,7 @@ if [ "${1:-}" = --quick ]; then
   shift
 fi
 setup_args=()
+read -r -a setup_args <<<"${GRADIX_SETUP_OPTIONS:-}"
 test_args=()
 while [ $# -gt 0 ]; do
   if [ "$1" = -- ]; then
@@ -55,8 +63,23 @@ if [ ! -f "$build/build.ninja" ]; then
   else
     meson setup "$build" "${setup_args[@]}"
   fi
-elif [ ${#setup_args[@]} -gt 0 ]; then
-  meson configure "$build" "${setup_args[@]}"
+else
+  # A build directory set up earlier (by tools/example.sh, say, before the packages above
+  # were installed) may lack suites this machine can run now: reconfigure it, saying why.
+  # (First let ninja regenerate it if a meson.build changed: that writes the record too.)
+  ninja -C "$build" build.ninja >/dev/null || true
+  mapfile -t stale < <(gradix_stale_features "$build")
+  if [ ${#stale[@]} -gt 0 ]; then
+    echo "gradix: $build was configured without what is available now; reconfiguring it for:" >&2
+    printf 'gradix:   %s\n' "${stale[@]}" >&2
+    extra=()
+    for s in "${stale[@]}"; do
+      [ "${s%% *}" = tests ] && extra+=(-Dtests=true)
+    done
+    meson setup --reconfigure "$build" "${extra[@]}" "${setup_args[@]}"
+  elif [ ${#setup_args[@]} -gt 0 ]; then
+    meson configure "$build" "${setup_args[@]}"
+  fi
 fi
 
 targets=()

@@ -169,7 +169,7 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   }(std::make_index_sequence<plan_elements_v<Plan>>{});
   if (!carried) return host::value(e);
   // the reduction's combination of its blocks (eval/reduce.hpp)
-  index_t const n = e.arg_.shape().extents()[0];
+  index_t const n = e.arg_.shape().size();
   if (n == 0) return T(0);
   index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
   T r = parts[0];

@@ -257,10 +257,6 @@ std::size_t scratch_bytes(Use const& u) {
     return std::size_t(z.n_outer) * sizeof(std::pair<index_t, index_t>);
   }
 }
-template <class U1, class U2>
-std::size_t scratch_bytes(ad::fused_use<U1, U2> const& f) {
-  return std::max(scratch_bytes(f.first_), scratch_bytes(f.second_));
-}
 
 /// Runs one use (after prepare).
 template <class Use>
@@ -470,120 +466,6 @@ template <class U1, class U2>
 constexpr void run_serial(ad::fused_use<U1, U2> const& f) {
   run_serial(f.first_);
   run_serial(f.second_);
-}
-
-/// A fused pair (ad/kernel.hpp): one loop nest over the shared domain, v computed once per
-/// element; the outer-only use adds per outer coordinate, the projected-only use sums into a
-/// row that is written once. The additions happen in the same order as when the two uses run
-/// apart (which they do with several threads, or when grad() wants only one of them), so the
-/// results are the same bits either way.
-template <class U1, class U2>
-void run(ad::fused_use<U1, U2> const& f) {
-  constexpr bool first_outer = ad::detail::outer_only<ad::kernel_traits<U1>>;
-  auto const& ua = [&]() -> auto const& {
-    if constexpr (first_outer) return f.first_;
-    else return f.second_;
-  }();
-  auto const& ub = [&]() -> auto const& {
-    if constexpr (first_outer) return f.second_;
-    else return f.first_;
-  }();
-  using UA = std::remove_cvref_t<decltype(ua)>;
-  using UB = std::remove_cvref_t<decltype(ub)>;
-  using KA = ad::kernel_traits<UA>;
-  using GA = typename UA::storage_type;
-  using GB = typename UB::storage_type;
-  using TA = typename GA::value_type;
-  using TB = typename GB::value_type;
-  using V = typename UA::value_expr;
-  constexpr std::size_t RD = KA::domain_rank;
-  constexpr int I = KA::inner_axis;
-  constexpr std::uint64_t O = ad::detail::non_inner_mask<KA>;
-  constexpr index_t max_row = 1024;
-
-  auto ext = ua.dom_.extents();
-  index_t n_outer = 1;
-  for (std::size_t j = 0; j < RD; ++j) {
-    if (ext[j] == 0) return;
-    if ((O >> j) & 1) n_outer *= ext[j];
-  }
-  index_t const n_in = ext[std::size_t(I)];
-  index_t const tsa = ua.target_ ? ua.target_->strides()[std::size_t(KA::target_unit_axis)] *
-                                       get<std::size_t(KA::target_unit_axis)>(ua.map_).scale_
-                                 : 0;
-  if (!ua.target_ || !ub.target_ || n_in > max_row || tsa != 1 ||
-      (pool().size() > 1 && n_outer * n_in >= 2 * parallel_min_elements)) {
-    run(f.first_);
-    run(f.second_);
-    return;
-  }
-  using KB = ad::kernel_traits<UB>;
-  // n_in <= max_row (checked above); the explicit bound lets g++ see the row cannot overflow
-  int const n_row = int(n_in < max_row ? n_in : max_row);
-  index_t const tsb = ub.target_->strides()[std::size_t(KB::target_unit_axis)] *
-                      get<std::size_t(KB::target_unit_axis)>(ub.map_).scale_;
-  ev::evaluator<V> const vev(ua.v_);
-  auto const map_a = ua.map_;
-  detail::target_addressing<GA> const addr_a(*ua.target_);
-  TA* const data_a = ua.target_->data();
-  constexpr int W = simd::width<TA>;
-  TB* const tb = ub.target_->data() + detail::target_addressing<GB>(*ub.target_).offset(
-                                          ev::map_value(ub.map_, coord<RD>{}));
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  // A static inner extent of at most 16 packs: the row lives in registers (the same
-  // additions, in the same order, as the row in memory below).
-  constexpr index_t static_in = extent_v<typename UA::domain_type, std::size_t(I)>;
-  if constexpr (std::is_same_v<TA, TB> && static_in != dyn && static_in % W == 0 &&
-                static_in <= 16 * W && ev::cheap_body_v<V>) {
-    constexpr int NQ = int(static_in / W);
-    using P = simd::pack<TA, W>;
-    P racc[NQ];
-    GRADIX_UNROLL(16)
-    for (int q = 0; q < NQ; ++q) racc[q] = simd::splat<TA, W>(TA(0));
-    coord<RD> o{};
-    do {
-      TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
-      auto in = vev.template outer<I>(o);
-      GRADIX_UNROLL(16)
-      for (int q = 0; q < NQ; ++q) {
-        auto x = ev::pack_as<TA, W>(in, q * W);
-        simd::store<TA, W>(tp + q * W, simd::load<TA, W>(tp + q * W) + x);
-        racc[q] += x;
-      }
-    } while (detail::next_coord(o, ext, O));
-    TA row[static_in];
-    GRADIX_UNROLL(16)
-    for (int q = 0; q < NQ; ++q) simd::store<TA, W>(row + q * W, racc[q]);
-    for (int i = 0; i < int(static_in); ++i) tb[i * tsb] += row[i];
-  } else  // (the row in memory is not compiled for a row in registers)
-#endif
-  {
-    TB row[max_row] = {};
-    coord<RD> o{};
-    do {
-      TA* tp = data_a + addr_a.offset(ev::map_value(map_a, o));
-      auto in = vev.template outer<I>(o);
-      auto add = [&](int i) {
-        auto x = in.elem(i);
-        tp[i] += TA(x);
-        row[i] += TB(x);
-      };
-#if defined(GRADIX_HAS_VECTOR_EXT)
-      if constexpr (std::is_same_v<TA, TB>) {
-        int i = 0;
-        for (; i + W <= n_row; i += W) {
-          auto x = ev::pack_as<TA, W>(in, i);
-          simd::store<TA, W>(tp + i, simd::load<TA, W>(tp + i) + x);
-          simd::store<TB, W>(row + i, simd::load<TB, W>(row + i) + x);
-        }
-        for (int t = 0; t < W - 1 && i < n_row; ++t, ++i) add(i);  // the tail: under W
-        continue;
-      }
-#endif
-      for (int i = 0; i < n_row; ++i) add(i);
-    } while (detail::next_coord(o, ext, O));
-    for (int i = 0; i < n_row; ++i) tb[i * tsb] += row[i];
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1048,17 +930,24 @@ void run(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
 // gradients are those of run(u).
 
 namespace detail {
-/// Root is sum(F) or mean(F) over a rank-1 F.
+/// Root is sum(F) or mean(F) over every axis of F (rank >= 1). The carriers above a
+/// rank-1 F (plain uses, multi_use, arg-max) walk F as one run; a fused pair
+/// (backend/host/fused.hpp) walks a rank-R F run by run in the scheme's order.
 template <class Root>
 struct loss_root : std::false_type {};
 template <class Op, class F, axis_mask Mask, bool Keep>
 struct loss_root<reduce_node<Op, F, Mask, Keep>>
     : std::bool_constant<(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>) &&
-                         shape_of_t<F>::rank == 1 && Mask == 1 && !Keep &&
+                         shape_of_t<F>::rank >= 1 && shape_of_t<F>::rank < 64 &&
+                         Mask == (axis_mask(1) << shape_of_t<F>::rank) - 1 && !Keep &&
                          std::is_floating_point_v<value_type_t<F>>> {
   using arg = F;
   using op = Op;
+  static constexpr std::size_t rank = shape_of_t<F>::rank;
 };
+/// Whether fused pair U (ad::fused_use) carries the value of Root (backend/host/fused.hpp).
+template <class Root, class U>
+struct fused_carries;
 template <class F, class MU>
 struct multi_carries : std::false_type {};
 template <class F, int I, class Top, class TMap, class V0, class... U>
@@ -1229,11 +1118,15 @@ inline constexpr bool carries_loss_v = [] {
   } else {
     using F = typename detail::loss_root<Root>::arg;
     using T = value_type_t<F>;
-    if constexpr (detail::argmax_carrier_v<F, U>) {
+    if constexpr (ad::is_fused<U>::value) {
+      return detail::fused_carries<Root, U>::value;
+    } else if constexpr (detail::loss_root<Root>::rank != 1) {
+      return false;
+    } else if constexpr (detail::argmax_carrier_v<F, U>) {
       return true;
     } else if constexpr (ad::is_multi<U>::value) {
       return detail::multi_carries<F, U>::value;
-    } else if constexpr (ad::is_fused<U>::value || ad::materialises_v<U>) {
+    } else if constexpr (ad::materialises_v<U>) {
       return false;
     } else {
       using K = ad::kernel_traits<U>;
@@ -1252,6 +1145,7 @@ inline constexpr bool carries_loss_v = [] {
 template <class Root, class U>
 inline constexpr bool carries_row_maxima_v = [] {
   if constexpr (!detail::loss_root<Root>::value) return false;
+  else if constexpr (detail::loss_root<Root>::rank != 1) return false;
   else return detail::argmax_carrier_v<typename detail::loss_root<Root>::arg, U>;
 }();
 
@@ -1448,3 +1342,6 @@ bool run_carrying(ad::multi_use<I, Top, TMap, V0, U...> const& mu, Root const& r
 }
 
 }  // namespace gradix::host
+
+// The fused pair's kernel and its loss-carrying form (they use the helpers above).
+#include "gradix/backend/host/fused.hpp"

@@ -1,0 +1,124 @@
+// The fused pair of uses (ad::fused_use, backend/host/fused.hpp): the two uses of one `+`
+// node with the same domain and value run as one loop nest. The founding benchmark's square
+// loss gives both kinds: per term, A (the gathered block) projects nothing and B (the
+// broadcast column) every non-inner axis; batched, A projects the term axis and B the
+// gathered-entry axis, B's sums kept in one row per term. The gradients must be the bits of
+// the two uses run apart (grad() of one parameter runs its use alone; several threads run
+// the pair apart), and the loss value that the per-term pair carries the bits of value(e).
+#include "testing.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace gx = gradix;
+using gx::testing::thread_scope;
+
+namespace {
+
+auto table(gx::index_t n, std::uint32_t seed) {
+  return gx::param(gx::randn<float, gx::col_major>(gx::dims(gx::fix<64>, n), seed), gx::sparse_grad<1>);
+}
+using Table = decltype(table(1, 0));
+
+template <class P>
+std::vector<float> dense_grad(P const& p) {
+  auto d = p.grad().to_dense();
+  return std::vector<float>(d.data(), d.data() + d.shape().size());
+}
+template <class G>
+std::vector<float> dense_of(G const& g) {
+  auto d = g.to_dense();
+  return std::vector<float>(d.data(), d.data() + d.shape().size());
+}
+bool same(std::vector<float> const& a, std::vector<float> const& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct tables {
+  Table Ea = table(1000, 1);
+  Table Eb = table(5000, 2);
+  std::vector<std::uint16_t> i;
+  std::vector<std::uint32_t> js;
+  tables(long S, long T) : i(std::size_t(S)), js(std::size_t(T)) {
+    for (long s = 0; s < S; ++s) i[std::size_t(s)] = std::uint16_t((s * 7) % 4000);
+    for (long t = 0; t < T; ++t) js[std::size_t(t)] = std::uint32_t((t * 13) % 37);  // repeats
+  }
+  auto term() const { return Eb(gx::all, gx::indices(i)) + Ea(gx::all, gx::at(5)); }
+  auto batched() const {
+    return gx::unsqueeze<2>(Eb(gx::all, gx::indices(i))) + gx::unsqueeze<1>(Ea(gx::all, gx::indices(js)));
+  }
+};
+
+template <class E>
+using plan_of = gx::backward_plan_t<E>;
+template <class E>
+using first_t = std::remove_cvref_t<decltype(gx::get<0>(std::declval<plan_of<E>&>()))>;
+using term_sq = decltype(gx::sum(gx::square(std::declval<tables const&>().term())));
+using batched_sq = decltype(gx::sum(gx::square(std::declval<tables const&>().batched())));
+using batched_sum = decltype(gx::sum(std::declval<tables const&>().batched()));
+
+// both square losses plan one fused pair; the batched sum loss two collapsed kernels
+static_assert(gx::ad::is_fused<first_t<term_sq>>::value);
+static_assert(gx::ad::is_fused<first_t<batched_sq>>::value);
+static_assert(!gx::ad::is_fused<first_t<batched_sum>>::value);
+// the per-term pair carries the loss value; the batched one does not (docs/ad.md)
+template <class E>
+constexpr int carrier_v = gx::detail::loss_carrier<gx::saved_expr_t<E>, plan_of<E>>::value;
+static_assert(carrier_v<term_sq> == 0);
+static_assert(carrier_v<decltype(gx::mean(gx::square(std::declval<tables const&>().term())))> == 0);
+static_assert(carrier_v<batched_sq> < 0);
+
+}  // namespace
+
+TEST_CASE("fused pair: gradients are the bits of the uses apart, at 1 and 2 threads; the carried value the bits of value()") {
+  for (long S : {50L, 3000L}) {
+    for (long T : {10L, 100L}) {
+      CAPTURE(S);
+      CAPTURE(T);
+      tables tb(S, T);
+      std::vector<float> ref_a[3], ref_b[3];  // per loss, at one thread
+      for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        thread_scope ts(threads);
+        auto check = [&](auto const& e, int which) {
+          float const v = gx::value(e);
+          gx::zero_grad(tb.Ea, tb.Eb);
+          float const w = gx::backward(e);
+          auto ga = dense_grad(tb.Ea), gb = dense_grad(tb.Eb);
+          CHECK(std::memcmp(&v, &w, sizeof v) == 0);
+          // one parameter wanted: its use runs alone
+          CHECK(same(dense_of(gx::grad(e, tb.Ea)), ga));
+          CHECK(same(dense_of(gx::grad(e, tb.Eb)), gb));
+          gx::zero_grad(tb.Ea, tb.Eb);
+          gx::backward_only(e);
+          CHECK(same(dense_grad(tb.Ea), ga));
+          CHECK(same(dense_grad(tb.Eb), gb));
+          if (threads == 1) {
+            ref_a[which] = ga;
+            ref_b[which] = gb;
+          } else {  // the pair runs apart with two threads on enough work: the same bits
+            CHECK(same(ga, ref_a[which]));
+            CHECK(same(gb, ref_b[which]));
+          }
+        };
+        check(gx::sum(gx::square(tb.batched())), 0);
+        check(gx::sum(gx::square(tb.term())), 1);
+        check(gx::mean(gx::square(tb.term())), 2);
+      }
+    }
+  }
+}
+
+TEST_CASE("fused pair: the batched square loss's gradient matches central differences") {
+  std::vector<int> i{3, 0, 3, 5};   // a repeated entry
+  std::vector<int> js{1, 4, 1};     // a repeated term column
+  auto A = gx::uniform<double, gx::col_major>(gx::dims(gx::fix<8>, 6), 3, -1.0, 1.0);
+  auto B = gx::uniform<double, gx::col_major>(gx::dims(gx::fix<8>, 7), 4, -1.0, 1.0);
+  auto f = [&](auto const& a, auto const& b) {
+    return gx::sum(gx::square(gx::unsqueeze<2>(a(gx::all, gx::indices(i))) +
+                              gx::unsqueeze<1>(b(gx::all, gx::indices(js)))));
+  };
+  auto r = gx::gradcheck(f, A, B);
+  CHECK_MESSAGE(r.ok(), r);
+}
