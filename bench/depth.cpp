@@ -72,29 +72,38 @@ double median(std::vector<double> v) {
 struct result {
   std::string name;
   int threads;
-  double fwd_ms, bwd_ms;
+  double fwd_ms, bwd_ms, bo_ms;
 };
 std::vector<result> results;
 volatile float sink = 0;
 
-// forward: value(loss); backward: backward(loss) (value included). Interleaved repeats.
-template <class F, class B>
-void measure(std::string const& name, int threads, int reps, F&& fwd, B&& bwd) {
+// forward: value(loss); backward: backward(loss) (value included); gradient only:
+// backward_only(loss). Interleaved repeats. The last column, backward / (value +
+// backward_only), says whether returning the value with the gradient costs more than two
+// calls would (issue 31: it must not, for any plan).
+template <class F, class B, class G>
+void measure(std::string const& name, int threads, int reps, F&& fwd, B&& bwd, G&& bo) {
   fwd();  // warm: first-touch of the gradient storages, thread start-up
   bwd();
-  std::vector<double> tf, tb;
+  bo();
+  std::vector<double> tf, tb, tg;
   for (int r = 0; r < reps; ++r) {
     double t0 = now();
     fwd();
     double t1 = now();
     bwd();
     double t2 = now();
+    bo();
+    double t3 = now();
     tf.push_back(t1 - t0);
     tb.push_back(t2 - t1);
+    tg.push_back(t3 - t2);
   }
-  result res{name, threads, median(tf) * 1e3, median(tb) * 1e3};
-  std::printf("%-14s threads %2d  forward %9.3f ms  backward %9.3f ms  ratio %6.2f\n", name.c_str(),
-              threads, res.fwd_ms, res.bwd_ms, res.bwd_ms / res.fwd_ms);
+  result res{name, threads, median(tf) * 1e3, median(tb) * 1e3, median(tg) * 1e3};
+  std::printf("%-14s threads %2d  forward %9.3f ms  backward %9.3f ms  ratio %6.2f  backward_only "
+              "%9.3f ms  backward/(forward+backward_only) %5.2f\n",
+              name.c_str(), threads, res.fwd_ms, res.bwd_ms, res.bwd_ms / res.fwd_ms, res.bo_ms,
+              res.bwd_ms / (res.fwd_ms + res.bo_ms));
   std::fflush(stdout);
   results.push_back(res);
 }
@@ -102,7 +111,7 @@ void measure(std::string const& name, int threads, int reps, F&& fwd, B&& bwd) {
 template <class Loss, class... P>
 void run_case(std::string const& name, int threads, int reps, Loss const& loss, P&... params) {
   measure(name, threads, reps, [&] { sink = sink + float(gx::value(loss)); },
-          [&] { sink = sink + float(gx::backward(loss)); });
+          [&] { sink = sink + float(gx::backward(loss)); }, [&] { gx::backward_only(loss); });
   (gx::zero_grad(params), ...);
 }
 
@@ -194,8 +203,9 @@ int main(int argc, char** argv) {
   std::printf("{\"reps\": %d, \"results\": [", reps);
   for (std::size_t i = 0; i < results.size(); ++i)
     std::printf("%s{\"case\": \"%s\", \"threads\": %d, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
-                "\"ratio\": %.3f}",
+                "\"ratio\": %.3f, \"backward_only_ms\": %.4f, \"vs_two_calls\": %.3f}",
                 i ? ", " : "", results[i].name.c_str(), results[i].threads, results[i].fwd_ms,
-                results[i].bwd_ms, results[i].bwd_ms / results[i].fwd_ms);
+                results[i].bwd_ms, results[i].bwd_ms / results[i].fwd_ms, results[i].bo_ms,
+                results[i].bwd_ms / (results[i].fwd_ms + results[i].bo_ms));
   std::printf("]}\n");
 }

@@ -7,6 +7,7 @@
 // the pair apart), and the loss value that the per-term pair carries the bits of value(e).
 #include "testing.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -77,7 +78,7 @@ TEST_CASE("fused pair: gradients are the bits of the uses apart, at 1 and 2 thre
       CAPTURE(S);
       CAPTURE(T);
       tables tb(S, T);
-      std::vector<float> ref_a[3], ref_b[3];  // per loss, at one thread
+      std::vector<float> ref_a[6], ref_b[6];  // per loss, at one thread
       for (int threads : {1, 2}) {
         CAPTURE(threads);
         thread_scope ts(threads);
@@ -105,6 +106,9 @@ TEST_CASE("fused pair: gradients are the bits of the uses apart, at 1 and 2 thre
         check(gx::sum(gx::square(tb.batched())), 0);
         check(gx::sum(gx::square(tb.term())), 1);
         check(gx::mean(gx::square(tb.term())), 2);
+        check(gx::sum(gx::square(tb.batched()) * 0.5f), 3);  // a constant factor outside the region
+        check(gx::sum(gx::tanh(tb.batched())), 4);            // another region top
+        check(gx::mean(gx::tanh(tb.term())), 5);
       }
     }
   }
@@ -121,4 +125,42 @@ TEST_CASE("fused pair: the batched square loss's gradient matches central differ
   };
   auto r = gx::gradcheck(f, A, B);
   CHECK_MESSAGE(r.ok(), r);
+}
+
+TEST_CASE("batched sum loss: backward's value by the broadcast rule, close to value() and to the exact sum") {
+  // sum(unsqueeze<2>(A) + unsqueeze<1>(B)) = T sum(A) + S sum(B) (api/backward.hpp,
+  // split_sum): two small reductions instead of one over 64 x S x T; not value()'s bits
+  static_assert(gx::detail::split_sum_v<gx::saved_expr_t<batched_sum>>);
+  static_assert(!gx::detail::split_sum_v<gx::saved_expr_t<batched_sq>>);
+  for (long S : {50L, 3000L}) {
+    for (long T : {10L, 100L}) {
+      CAPTURE(S);
+      CAPTURE(T);
+      tables tb(S, T);
+      double exact = 0;
+      for (long s = 0; s < S; ++s)
+        for (long t = 0; t < T; ++t)
+          for (int r = 0; r < 64; ++r)
+            exact += double(tb.Eb.value()(r, tb.i[std::size_t(s)])) + double(tb.Ea.value()(r, tb.js[std::size_t(t)]));
+      for (bool mean : {false, true}) {
+        CAPTURE(mean);
+        double const n = double(S) * double(T) * 64;
+        double const want = mean ? exact / n : exact;
+        float const v = mean ? gx::value(gx::mean(tb.batched())) : gx::value(gx::sum(tb.batched()));
+        gx::zero_grad(tb.Ea, tb.Eb);
+        float const w = mean ? gx::backward(gx::mean(tb.batched())) : gx::backward(gx::sum(tb.batched()));
+        // the scale of the terms, not of their sum (which cancels)
+        double const scale = (mean ? 1.0 : n) * 4.0;
+        CHECK(std::abs(double(w) - want) <= 1e-5 * scale);
+        CHECK(std::abs(double(w) - double(v)) <= 2e-5 * scale);
+        // the gradients are those of backward_only
+        auto ga = dense_grad(tb.Ea), gb = dense_grad(tb.Eb);
+        gx::zero_grad(tb.Ea, tb.Eb);
+        if (mean) gx::backward_only(gx::mean(tb.batched()));
+        else gx::backward_only(gx::sum(tb.batched()));
+        CHECK(same(dense_grad(tb.Ea), ga));
+        CHECK(same(dense_grad(tb.Eb), gb));
+      }
+    }
+  }
 }

@@ -185,6 +185,70 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
   return r;
 }
 
+/// Root is sum(L + R) or sum(L - R) (or mean) over every axis of a floating-point F, where L
+/// or R is broadcast along some axis (its static extent 1 where F's is not): the founding
+/// benchmark's batched loss. backward(e) computes such a value as the backward kernels treat
+/// their adjoints (DESIGN.md, "Write maps are an algebra"): a term that does not depend on a
+/// broadcast axis sums over it to extent x its own sum, so the value is
+/// (|F| / |L|) sum(L) +- (|F| / |R|) sum(R), two reductions over the operands' own elements
+/// instead of one over F's (for the batched loss, 64 x 5000 + 64 x 100 elements instead of
+/// 64 x 5000 x 100). Equal to value(e) up to rounding, not bit for bit (docs/ad.md).
+template <class Root>
+struct split_sum : std::false_type {};
+template <class Op, class B, class L, class R, axis_mask Mask>
+struct split_sum<reduce_node<Op, binary_node<B, L, R>, Mask, false>> {
+  using F = binary_node<B, L, R>;
+  using SF = shape_of_t<F>;
+  using SL = shape_of_t<L>;
+  using SR = shape_of_t<R>;
+  static constexpr std::size_t rank = SF::rank;
+  static constexpr bool minus = std::is_same_v<B, op::sub>;
+  static constexpr bool mean = std::is_same_v<Op, op::mean_of>;
+  static constexpr bool broadcasts(auto s) {
+    using S = typename decltype(s)::type;
+    for (std::size_t j = 0; j < rank; ++j)
+      if (S::static_extents[j] == 1 && SF::static_extents[j] != 1) return true;
+    return false;
+  }
+  static constexpr bool value = [] {
+    if constexpr (!(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>) ||
+                  !(std::is_same_v<B, op::add> || std::is_same_v<B, op::sub>) ||
+                  !std::is_floating_point_v<value_type_t<F>> || rank == 0 || rank >= 64 ||
+                  SL::rank != rank || SR::rank != rank) {
+      return false;
+    } else {
+      return Mask == (axis_mask(1) << rank) - 1 &&
+             std::is_same_v<value_type_t<L>, value_type_t<F>> &&
+             std::is_same_v<value_type_t<R>, value_type_t<F>> &&
+             (broadcasts(std::type_identity<SL>{}) || broadcasts(std::type_identity<SR>{}));
+    }
+  }();
+};
+template <class Root>
+inline constexpr bool split_sum_v = split_sum<Root>::value;
+
+/// Whether split_sum_value(e) reads at most half as many elements as e's own reduction
+/// (otherwise backward computes value(e), for its bits: the per-term founding loss, whose
+/// broadcast column adds 64 elements to the 64 x 5000 it reads anyway).
+template <class Root>
+bool split_sum_pays(Root const& e) {
+  return 2 * (e.arg_.lhs_.shape().size() + e.arg_.rhs_.shape().size()) <= e.arg_.shape().size();
+}
+
+/// The value of a split_sum root, as described there.
+template <class Root>
+value_type_t<Root> split_sum_value(Root const& e) {
+  using T = value_type_t<Root>;
+  auto const& f = e.arg_;
+  index_t const n = f.shape().size();
+  if (n == 0) return T(0);
+  auto part = [&](auto const& x) { return T(host::value(gradix::sum(x)) * T(n / x.shape().size())); };
+  T const l = part(f.lhs_), r = part(f.rhs_);
+  T v = split_sum<Root>::minus ? T(l - r) : T(l + r);
+  if constexpr (split_sum<Root>::mean) v = v / T(n);
+  return v;
+}
+
 }  // namespace detail
 
 /// Evaluates the rank-0 expression e, adds d e / d p into the gradient of every parameter p
@@ -203,6 +267,13 @@ constexpr auto backward(E const& e_in) {
     if constexpr (C >= 0) {
       if (!std::is_constant_evaluated() && !check_finite())
         return detail::run_plan_carrying<C>(e2, ad::plan(e2), "gradix::backward");
+    }
+    if constexpr (detail::split_sum_v<E2>) {
+      if (!std::is_constant_evaluated() && !check_finite() && detail::split_sum_pays(e2)) {
+        auto v = detail::split_sum_value(e2);
+        detail::run_plan(ad::plan(e2), "gradix::backward");
+        return v;
+      }
     }
     auto v = host::value(e2);
     if (!std::is_constant_evaluated() && check_finite())

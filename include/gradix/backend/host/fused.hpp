@@ -312,9 +312,18 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
 #if defined(GRADIX_HAS_VECTOR_EXT)
   constexpr int W = simd::width<TA>;
   using X = simd::pack<TA, W>;
-  // A's tile (or B's single row) in registers: a static inner extent of at most 16 packs
+  // A's tile (or B's single row) in registers: a static inner extent of at most 16 packs,
+  // and v copied once per pack (fully unrolled): a cheap v (eval/cost.hpp), or within 8 times
+  // the unrolling limit over all packs (the batched square loss: v costs 16 nodes, most of
+  // them views that compile to nothing, over 4 packs; with the tile in memory g++ 12 took
+  // 3x as long) unless v is a product v0 * (...) at its top: g++ contracts that product
+  // into the tile's additions, and must do so as the uses' own kernels do when they run
+  // apart (which unroll only cheap bodies), for the same bits
   constexpr bool reg = std::is_same_v<TA, TB> && static_in != dyn && static_in % W == 0 &&
-                       static_in <= 16 * W && ev::cheap_body_v<V>;
+                       static_in <= 16 * W &&
+                       (ev::cheap_body_v<V> ||
+                        (!ad::region_value<V>::has_v0 &&
+                         ev::code_cost_v<V> * std::size_t(static_in / W) <= 8 * ev::unroll_cost_limit));
   constexpr int NQ = reg ? int(static_in / W) : 1;
   using F = typename loss_arg<WV, Root>::type;
   auto lanes = [&] {
@@ -358,10 +367,16 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
         bool done = false;
         if constexpr (WV) {
           if (lanes.whole(static_in)) {
-            auto const in = xy.template outer<I>(d);
+            // x as the nest without the value computes it (the same code, so that g++'s
+            // contraction of v's products into the additions below is the same: the same
+            // bits), F beside it (its own evaluation; the compiler shares what it can)
+            auto const in = vev.template outer<I>(d);
+            auto const fin = fev.template outer<I>(d);
             X x[NQ], y[NQ];
             GRADIX_UNROLL(16)
-            for (int q = 0; q < NQ; ++q) in.template pair<W>(q * W, x[q], y[q]);
+            for (int q = 0; q < NQ; ++q) x[q] = ev::pack_as<TA, W>(in, q * W);
+            GRADIX_UNROLL(16)
+            for (int q = 0; q < NQ; ++q) y[q] = ev::pack_as<TA, W>(fin, q * W);
             GRADIX_UNROLL(16)
             for (int q = 0; q < NQ; ++q) {
               simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x[q]);
@@ -498,9 +513,10 @@ struct fused_carries<Root, ad::fused_use<U1, U2>> {
     using RR = fused_roles<U1, U2>;
     // Only a pair whose A projects nothing (the per-term square loss): measured with the
     // founding benchmark's batched square loss (A projecting the term axis), carrying made
-    // the step slower than value() plus backward_only() (g++ 12: 1.12x, clang 16: 1.3-2.1x:
-    // the lanes' additions lengthen the nest's dependency chains), so that pair computes
-    // the value in a pass of its own.
+    // the step slower than value() plus backward_only() (g++ 12: 1.16-1.20x, clang 16:
+    // 1.05-1.11x: per run of 64 elements, the scheme's two lane packs take two dependent
+    // additions each, and F is evaluated beside v), so that pair computes the value in a
+    // pass of its own, the reduction's (which interleaves blocks to hide that latency).
     return RR::PA == 0 && std::is_same_v<typename U1::domain_type, shape_of_t<F>> &&
            RR::I == int(ev::evaluator<Root>::inner_axis) &&
            std::is_same_v<typename RR::UA::storage_type::value_type, T> &&
