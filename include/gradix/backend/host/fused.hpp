@@ -154,105 +154,6 @@ struct loss_lanes {
   }
 };
 
-/// A's value expression V together with F, at one domain coordinate: `pair<W>(i)` gives the
-/// adjoint pack x (as ev::evaluator<V> computes it) and F's pack y. When V is (v0 times) the
-/// path derivative of a region whose top occurs once in F, read at the domain coordinate
-/// itself (top_in_f_rank_v), the top's value comes with the derivative and F's value is
-/// computed from it (above_ev); otherwise V and F are evaluated side by side.
-template <class F, class V>
-inline constexpr bool top_in_f_rank_v = [] {
-  using RV = ad::region_value<V>;
-  if constexpr (!RV::value) {
-    return false;
-  } else {
-    using Top = typename RV::top;
-    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<V const&>()))>;
-    using M = std::remove_cvref_t<decltype(std::declval<AM const&>().map_)>;
-    constexpr std::size_t R = shape_of_t<F>::rank;
-    return top_count<F, Top>::value == 1 && shape_of_t<Top>::rank == R && M::size == R &&
-           [&]<std::size_t... J>(std::index_sequence<J...>) {
-             return (std::is_same_v<ad::map_component_t<M, J>, ad::ax_dom<J>> && ...);
-           }(std::make_index_sequence<R>{}) &&
-           ad::region_uniform<F, value_type_t<F>>::value;
-  }
-}();
-
-template <class F, class V, bool Top = top_in_f_rank_v<F, V>>
-struct xy_ev {
-  using T = value_type_t<F>;
-  ev::evaluator<V> v_;
-  ev::evaluator<F> f_;
-  xy_ev(V const& v, F const& f) : v_(v), f_(f) {}
-  static bool usable(V const&) { return true; }
-  template <class VI, class FI>
-  struct inner {
-    VI v_;
-    FI f_;
-    template <int W>
-    GRADIX_ALWAYS_INLINE void pair(index_t i, simd::pack<T, W>& x, simd::pack<T, W>& y) const {
-      x = ev::pack_as<T, W>(v_, i);
-      y = ev::pack_as<T, W>(f_, i);
-    }
-  };
-  template <int I, std::size_t R>
-  auto outer(coord<R> const& d) const {
-    auto vi = v_.template outer<I>(d);
-    auto fi = f_.template outer<I>(d);
-    return inner<decltype(vi), decltype(fi)>{vi, fi};
-  }
-};
-template <class F, class V>
-struct xy_ev<F, V, true> {
-  using T = value_type_t<F>;
-  using RV = ad::region_value<V>;
-  using TopN = typename RV::top;
-  using PE = ev::path_ev<TopN, typename RV::path_type, 0, true>;
-  using V0E = std::conditional_t<RV::has_v0, ev::evaluator<typename RV::v0>, int>;
-  PE pe_;
-  above_ev<F, TopN> fa_;
-  V0E v0_;
-  static V0E make_v0(V const& v) {
-    if constexpr (RV::has_v0) return V0E(ad::region_v0(v));
-    else return 0;
-  }
-  xy_ev(V const& v, F const& f) : pe_(ad::region_at_map(v).sub_.top_), fa_(f), v0_(make_v0(v)) {}
-  /// The top is read at the domain coordinate itself (no shift or scale).
-  static bool usable(V const& v) {
-    bool ok = true;
-    auto const& m = ad::region_at_map(v).map_;
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      ((ok = ok && get<J>(m).off_ == 0 && get<J>(m).scale_ == 1), ...);
-    }(std::make_index_sequence<std::remove_cvref_t<decltype(m)>::size>{});
-    return ok;
-  }
-  template <class PI, class FI, class VI>
-  struct inner {
-    PI p_;
-    FI f_;
-    VI v0_;
-    template <int W>
-    GRADIX_ALWAYS_INLINE void pair(index_t i, simd::pack<T, W>& x, simd::pack<T, W>& y) const {
-      using X = simd::pack<T, W>;
-      auto r = p_.template pack<W>(i);
-      X d = r.d;
-      if constexpr (RV::has_v0) d = X(ev::pack_as<T, W>(v0_, i) * d);
-      if constexpr (RV::negative) d = X(-d);
-      x = d;
-      y = f_.template pack<W>(i, X(r.v));
-    }
-  };
-  template <int I, std::size_t R>
-  auto outer(coord<R> const& d) const {
-    auto pi = pe_.template outer<I>(d);
-    auto fi = fa_.template outer<I>(d);
-    if constexpr (RV::has_v0) {
-      auto vi = v0_.template outer<I>(d);
-      return inner<decltype(pi), decltype(fi), decltype(vi)>{pi, fi, vi};
-    } else {
-      return inner<decltype(pi), decltype(fi), int>{pi, fi, 0};
-    }
-  }
-};
 #endif
 
 template <bool WV, class Root>
@@ -328,10 +229,6 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
   using F = typename loss_arg<WV, Root>::type;
   auto lanes = [&] {
     if constexpr (WV) return loss_lanes<Root>(parts, root->arg_.shape().size());
-    else return 0;
-  }();
-  auto const xy = [&] {
-    if constexpr (WV) return xy_ev<F, V>(ua.v_, root->arg_);
     else return 0;
   }();
   auto const fev = [&] {
@@ -530,18 +427,15 @@ struct fused_carries<Root, ad::fused_use<U1, U2>> {
 
 /// Runs fused pair f (a carrier of root: carries_loss_v) and leaves the block sums of the
 /// root's operand F in parts; returns false, having done nothing, when it cannot carry them
-/// at run time (the pair runs apart, F's extents differ from the domain's, the top is read
-/// at a shifted coordinate).
+/// at run time (the pair runs apart, F's extents differ from the domain's).
 template <class Root, class U1, class U2>
 bool run_carrying(ad::fused_use<U1, U2> const& f, Root const& root, value_type_t<Root>* parts) {
 #if !defined(GRADIX_HAS_VECTOR_EXT)
   return false;
 #else
   using R = detail::fused_roles<U1, U2>;
-  using F = typename detail::loss_root<Root>::arg;
   if (!detail::fused_in_one_nest(f)) return false;
   if (!(R::a(f).dom_.extents() == root.arg_.shape().extents())) return false;
-  if (!detail::xy_ev<F, typename R::UA::value_expr>::usable(R::a(f).v_)) return false;
   if (detail::fused_rows(f) > 1 &&
       !scratch().template try_get<typename R::UB::storage_type::value_type>(
           std::size_t(detail::fused_rows(f) * R::a(f).dom_.extents()[std::size_t(R::I)])))
