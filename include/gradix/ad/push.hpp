@@ -534,6 +534,24 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node_.shape().extents(), m));
     }
+  } else if constexpr (stages_reduction_v<N>) {
+    // a kept sum or mean whose adjoint arrives through a broadcast (the map projects some
+    // domain axis: `x - mean<2>(x, keep_dims)`): pushed on as it is, the reduction would grow
+    // the domain by its reduced axes on top of the broadcast ones, O(row^2) per row. Instead
+    // one kernel sums the adjoint into the node's buffer (extra_.gout, its shape), once, and
+    // the operand's plan is pushed from that buffer (a staged_use). Without a projection the
+    // adjoint goes on unchanged, as before.
+    using T = value_type_t<N>;
+    using S = shape_of_t<N>;
+    using GO = workspace_grad<T, S>;
+    using P0 = use<D, V, M, GO>;
+    if constexpr (kernel_traits<P0>::projected_mask == 0 || !reaches_param_v<N>) {
+      return push(n.node_, dom, v, m);
+    } else {
+      tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
+      auto pe = push(n.node_, n.shape(), gout, identity_map<S::rank>());
+      return make_tuple(staged_use<P0, decltype(pe), saved_node<N, L>>{P0{dom, v, m, nullptr}, pe, n});
+    }
   } else if constexpr (is_matmul_node<N>::value) {
     // a kept product: the adjoint stops here, in a buffer (ad/product.hpp)
     using T = value_type_t<N>;

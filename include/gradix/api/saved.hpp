@@ -335,6 +335,12 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     if constexpr (ad::needs_argmax<K>::value)
       if (z.argmax) z.template add<index_t>(std::size_t(n.shape().size()) * std::size_t(__builtin_popcountll(K::mask)));
   }
+  if constexpr (ad::keeps_value_v<N, Under>) {
+    // a kept sum or mean: its adjoint buffer, in a backward call
+    using K = typename kept_node<N>::type;
+    if constexpr (stages_reduction_v<K> && ad::reaches_param_v<K>)
+      if (z.argmax) z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
+  }
   if constexpr (is_matmul_node<N>::value) count_product(n, z);
   if constexpr (is_segment_sum_node<N>::value) {
     if (z.argmax) {  // bag_of and scale per position, the adjoint of the result
@@ -445,6 +451,10 @@ constexpr auto keep_value_assigned(N const& n, saved_space& s) {
   host::assign(buf, n);
   using R = saved_node<N, L>;
   R r{n, typename R::buffer_type(buf)};
+  if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {
+    if (s.argmax())
+      r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+  }
   if constexpr (ad::needs_argmax<N>::value) {
     if (!s.argmax()) return r;
     // the arg-max of each output element, for the backward (one scan per element, in

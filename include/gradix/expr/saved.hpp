@@ -18,6 +18,8 @@
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
+#include "gradix/expr/reduce.hpp"
+#include "gradix/grad/workspace.hpp"
 
 #include <type_traits>
 
@@ -57,6 +59,25 @@ template <class L, class R>
 struct saved_extra<matmul_node<L, R>> {
   using type = product_state<value_type_t<matmul_node<L, R>>, shape_of_t<matmul_node<L, R>>>;
 };
+/// A kept sum or mean reduction's adjoint buffer, in a backward call (ad/push.hpp stages its
+/// adjoint there when it arrives through a broadcast: docs/ad.md, "Adjoints of reductions").
+template <class T, class S>
+struct reduction_state {
+  workspace_grad<T, S> gout;
+};
+template <class Op, class A, axis_mask Mask, bool Keep>
+  requires(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>)
+struct saved_extra<reduce_node<Op, A, Mask, Keep>> {
+  using N = reduce_node<Op, A, Mask, Keep>;
+  using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
+};
+/// Whether a kept node N has an adjoint buffer of its own (a sum or mean reduction).
+template <class N>
+struct has_reduction_state : std::false_type {};
+template <class T, class S>
+struct has_reduction_state<reduction_state<T, S>> : std::true_type {};
+template <class N>
+inline constexpr bool stages_reduction_v = has_reduction_state<typename saved_extra<N>::type>::value;
 
 /// N's value, read from a buffer (buf_) filled before the expression runs; node_ is N itself,
 /// through which backward pushes adjoints.
