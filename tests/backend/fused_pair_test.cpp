@@ -164,3 +164,58 @@ TEST_CASE("batched sum loss: backward's value by the broadcast rule, close to va
     }
   }
 }
+
+TEST_CASE("fused pair: a row broadcast over a row-major matrix, losses with a factor, the bits of the uses apart") {
+  // A (n x 48) and a row B (1 x 48): B's use sums every row; v carries a factor (mean's 1/n,
+  // a second read of A) that g++ may contract into the additions: it must do so as the two
+  // uses' own kernels do (grad() of one parameter; two threads on enough work)
+  for (gx::index_t rows : {gx::index_t(7), gx::index_t(5000)}) {
+    CAPTURE(rows);
+    auto A = gx::param(gx::uniform<float>(gx::dims(rows, gx::fix<48>), 21, -1.f, 1.f));
+    auto B = gx::param(gx::uniform<float>(gx::dims(gx::fix<1>, gx::fix<48>), 22, -1.f, 1.f));
+    auto check = [&](auto const& e) {
+      std::vector<float> ra, rb;
+      for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        thread_scope ts(threads);
+        gx::zero_grad(A, B);
+        gx::backward(e);
+        auto flat = [](auto const& t) { return std::vector<float>(t.data(), t.data() + t.shape().size()); };
+        auto const va = flat(A.grad().dense());
+        auto const vb = flat(B.grad().dense());
+        CHECK(same(flat(gx::grad(e, A).dense()), va));
+        CHECK(same(flat(gx::grad(e, B).dense()), vb));
+        if (threads == 1) {
+          ra = va;
+          rb = vb;
+        } else {
+          CHECK(same(va, ra));
+          CHECK(same(vb, rb));
+        }
+      }
+    };
+    check(gx::mean(gx::square(A + B)));
+    check(gx::mean(gx::tanh(A + B)));
+    check(gx::mean(gx::exp(A + B)));
+    check(gx::sum(gx::square(A + B) * A));
+  }
+}
+
+TEST_CASE("batched sum loss: backward's value by the broadcast rule keeps its accuracy when the terms cancel") {
+  // terms near +1000 and -1000: the parts of the rule are large and of opposite signs (they
+  // are accumulated in double, so the value stays as close to the exact sum as value()'s)
+  auto A = gx::param(gx::uniform<float>(gx::dims(gx::fix<64>, 500), 31, 999.f, 1001.f));
+  auto B = gx::param(gx::uniform<float>(gx::dims(gx::fix<64>, 100), 32, -1001.f, -999.f));
+  auto e = gx::sum(gx::unsqueeze<2>(A) + gx::unsqueeze<1>(B));
+  static_assert(gx::detail::split_sum_v<gx::saved_expr_t<decltype(e)>>);
+  double exact = 0;
+  for (int r = 0; r < 64; ++r)
+    for (gx::index_t s = 0; s < 500; ++s)
+      for (gx::index_t t = 0; t < 100; ++t) exact += double(A.value()(r, s)) + double(B.value()(r, t));
+  float const v = gx::value(e);
+  float const w = gx::backward(e);
+  CAPTURE(exact);
+  CAPTURE(v);
+  CAPTURE(w);
+  CHECK(std::abs(double(w) - exact) <= std::max(1.0, std::abs(double(v) - exact)));
+}

@@ -192,7 +192,8 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
 /// broadcast axis sums over it to extent x its own sum, so the value is
 /// (|F| / |L|) sum(L) +- (|F| / |R|) sum(R), two reductions over the operands' own elements
 /// instead of one over F's (for the batched loss, 64 x 5000 + 64 x 100 elements instead of
-/// 64 x 5000 x 100). Equal to value(e) up to rounding, not bit for bit (docs/ad.md).
+/// 64 x 5000 x 100), accumulated in double and rounded once (a mean: sum(L) / |L| +-
+/// sum(R) / |R|). Equal to value(e) up to rounding, not bit for bit (docs/ad.md).
 template <class Root>
 struct split_sum : std::false_type {};
 template <class Op, class B, class L, class R, axis_mask Mask>
@@ -242,11 +243,15 @@ value_type_t<Root> split_sum_value(Root const& e) {
   auto const& f = e.arg_;
   index_t const n = f.shape().size();
   if (n == 0) return T(0);
-  auto part = [&](auto const& x) { return T(host::value(gradix::sum(x)) * T(n / x.shape().size())); };
-  T const l = part(f.lhs_), r = part(f.rhs_);
-  T v = split_sum<Root>::minus ? T(l - r) : T(l + r);
-  if constexpr (split_sum<Root>::mean) v = v / T(n);
-  return v;
+  // in double: the two parts can be large and of opposite signs (terms near -x and x),
+  // where float parts would cancel to a few significant digits
+  auto part = [&](auto const& x) {
+    double const s = double(host::value(gradix::sum(gradix::cast<double>(x))));
+    if constexpr (split_sum<Root>::mean) return s / double(x.shape().size());
+    else return s * double(n / x.shape().size());
+  };
+  double const l = part(f.lhs_), r = part(f.rhs_);
+  return T(split_sum<Root>::minus ? l - r : l + r);
 }
 
 }  // namespace detail

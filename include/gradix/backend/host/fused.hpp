@@ -244,17 +244,23 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
   if constexpr (WV) loss_lanes<Root>::start(lacc);
 #endif
 
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  // A's sums over its projected axes (cleared per outer coordinate), or, when A projects
+  // nothing, B's one row, in registers for the whole nest (as the row of B's own kernel
+  // is: kept in memory between outer coordinates, g++ 12 -O2 -march=native contracted v's
+  // products into its additions differently from B's kernel, and the bits differed)
+  X tile[NQ];
+  GRADIX_UNROLL(16)
+  for (int q = 0; q < NQ; ++q) tile[q] = simd::splat<TA, W>(TA(0));
+#endif
   coord<RD> d{};
   do {  // over B's projected axes (A's outer coordinates), row-major
     TA* const tpa = data_a + addr_a.offset(ev::map_value(map_a, d));
 #if defined(GRADIX_HAS_VECTOR_EXT)
     if constexpr (reg) {
-      X tile[NQ];  // A's sums over its projected axes, or (A projecting nothing) B's row
-      GRADIX_UNROLL(16)
-      for (int q = 0; q < NQ; ++q) tile[q] = simd::splat<TA, W>(TA(0));
-      if constexpr (PA == 0) {
+      if constexpr (PA != 0) {
         GRADIX_UNROLL(16)
-        for (int q = 0; q < NQ; ++q) tile[q] = simd::load<TA, W>(rows + q * W);
+        for (int q = 0; q < NQ; ++q) tile[q] = simd::splat<TA, W>(TA(0));
       }
       index_t k = 0;
       do {  // over A's projected axes
@@ -269,40 +275,32 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
             // bits), F beside it (its own evaluation; the compiler shares what it can)
             auto const in = vev.template outer<I>(d);
             auto const fin = fev.template outer<I>(d);
-            X x[NQ], y[NQ];
-            GRADIX_UNROLL(16)
-            for (int q = 0; q < NQ; ++q) x[q] = ev::pack_as<TA, W>(in, q * W);
-            GRADIX_UNROLL(16)
-            for (int q = 0; q < NQ; ++q) y[q] = ev::pack_as<TA, W>(fin, q * W);
             GRADIX_UNROLL(16)
             for (int q = 0; q < NQ; ++q) {
-              simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x[q]);
-              tile[q] += x[q];
+              auto const x = ev::pack_as<TA, W>(in, q * W);
+              simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
+              tile[q] += x;
+              lacc[q % NL] += ev::pack_as<TA, W>(fin, q * W);
             }
-            GRADIX_UNROLL(16)
-            for (int q = 0; q < NQ; ++q) lacc[q % NL] += y[q];
             lanes.took(lacc, static_in);
             done = true;
           }
         }
         if (!done) {
+          // (x used where it is computed, as the uses' own kernels do: g++ then contracts
+          // v's products into both additions as it does there)
           auto const in = vev.template outer<I>(d);
-          X x[NQ];
-          GRADIX_UNROLL(16)
-          for (int q = 0; q < NQ; ++q) x[q] = ev::pack_as<TA, W>(in, q * W);
           GRADIX_UNROLL(16)
           for (int q = 0; q < NQ; ++q) {
-            simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x[q]);
-            tile[q] += x[q];
+            auto const x = ev::pack_as<TA, W>(in, q * W);
+            simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
+            tile[q] += x;
           }
           if constexpr (WV) lanes.run_copy(lacc, fev.template outer<I>(d), static_in);
         }
         ++k;
       } while (detail::next_coord(d, ext, PA));
-      if constexpr (PA == 0) {
-        GRADIX_UNROLL(16)
-        for (int q = 0; q < NQ; ++q) simd::store<TB, W>(rows + q * W, tile[q]);
-      } else {
+      if constexpr (PA != 0) {
         GRADIX_UNROLL(16)
         for (int q = 0; q < NQ; ++q) simd::store<TA, W>(tpa + q * W, simd::load<TA, W>(tpa + q * W) + tile[q]);
       }
@@ -310,9 +308,9 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
     }
 #endif
     {
-      TA tile[fused_max_row];  // A's sums over its projected axes (unused when it has none)
+      TA atile[fused_max_row];  // A's sums over its projected axes (unused when it has none)
       if constexpr (PA != 0)
-        for (int i = 0; i < n_row; ++i) tile[i] = TA(0);
+        for (int i = 0; i < n_row; ++i) atile[i] = TA(0);
       index_t k = 0;
       do {  // over A's projected axes
         TB* const rk = rows + k * n_in;
@@ -320,29 +318,38 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
         auto add = [&](int i) {
           auto x = in.elem(i);
           if constexpr (PA == 0) tpa[i] += TA(x);
-          else tile[i] += TA(x);
+          else atile[i] += TA(x);
           rk[i] += TB(x);
         };
-        int i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
         if constexpr (std::is_same_v<TA, TB>) {
+          int i = 0;
           for (; i + W <= n_row; i += W) {
             auto x = ev::pack_as<TA, W>(in, i);
             if constexpr (PA == 0) simd::store<TA, W>(tpa + i, simd::load<TA, W>(tpa + i) + x);
-            else simd::store<TA, W>(tile + i, simd::load<TA, W>(tile + i) + x);
+            else simd::store<TA, W>(atile + i, simd::load<TA, W>(atile + i) + x);
             simd::store<TB, W>(rk + i, simd::load<TB, W>(rk + i) + x);
           }
           for (int t = 0; t < W - 1 && i < n_row; ++t, ++i) add(i);  // the tail: under W
+        } else {
+          for (int i = 0; i < n_row; ++i) add(i);
         }
         if constexpr (WV) lanes.run_copy(lacc, fev.template outer<I>(d), n_in);
+#else
+        for (int i = 0; i < n_row; ++i) add(i);
 #endif
-        for (; i < n_row; ++i) add(i);
         ++k;
       } while (detail::next_coord(d, ext, PA));
       if constexpr (PA != 0)
-        for (int i = 0; i < n_row; ++i) tpa[i] += tile[i];
+        for (int i = 0; i < n_row; ++i) tpa[i] += atile[i];
     }
   } while (detail::next_coord(d, ext, PB));
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  if constexpr (reg && PA == 0) {
+    GRADIX_UNROLL(16)
+    for (int q = 0; q < NQ; ++q) simd::store<TB, W>(rows + q * W, tile[q]);
+  }
+#endif
 
   // B's rows into B's target, in the order of A's projected coordinates (B's outer order)
   coord<RD> e{};
