@@ -44,5 +44,6 @@
 #include "gradix/api/fill.hpp"
 #include "gradix/api/param.hpp"
 #include "gradix/api/saved.hpp"
+#include "gradix/api/let.hpp"
 #include "gradix/api/backward.hpp"
 #include "gradix/api/gradcheck.hpp"

@@ -267,6 +267,18 @@ inline std::string describe_nonfinite(bool leaf, char const* label, std::string 
          (leaf ? "holds " : "produced ") + r.name() + " at " + r.coord();
 }
 
+/// Whether a let is anywhere in N (types only).
+template <class N>
+constexpr bool holds_let() {
+  if constexpr (is_let_node<N>::value) return true;
+  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
+    return holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
+           holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  else if constexpr (requires(N const& x) { x.arg_; })
+    return holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  else return false;
+}
+
 /// Walks n children first; the first input leaf, or (with GRADIX_CHECK_FINITE_NODES, the
 /// default without NDEBUG) the first node, with a non-finite element is described in `msg`
 /// (returns true). Naming the node evaluates every node of the expression on its own, which
@@ -292,7 +304,9 @@ bool locate_nonfinite(N const& n, std::string& msg) {
   } else if constexpr (is_view_v<N>) {
     r = scan_view(n);
   } else if constexpr (!std::is_same_v<N, scalar_node<value_type_t<N>>> && !rearranges<N>::value &&
-                       !is_let_node<N>::value) {  // (a let's value needs the save transform)
+                       !holds_let<N>()) {
+    // (a let's value needs the save transform: evaluated on its own, a node over a let would
+    // inline the let's operand at every read, a type exponential in the nesting of lets)
 #if defined(GRADIX_CHECK_FINITE_NODES)
     r = first_nonfinite(n);
 #endif

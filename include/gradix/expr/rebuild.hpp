@@ -149,7 +149,15 @@ constexpr auto bind_var(N const& n, Rep const& rep) {
                   "type (their placeholders would have one name)");
     auto z = bind_var<Z>(n.z_, rep);
     auto b = bind_var<Z>(n.body_, rep);
-    return let_node<decltype(z), decltype(b)>{z, b};
+    using Z2 = decltype(z);
+    if constexpr (std::is_same_v<Z2, Z1>) {
+      return let_node<Z2, decltype(b)>{z, b};
+    } else {
+      // the inner let's operand read the outer placeholder: its type changed, and its own
+      // placeholders, named by that type, are renamed with it
+      auto b2 = bind_var<Z1>(b, var_node<Z2>{z.shape()});
+      return let_node<Z2, decltype(b2)>{z, b2};
+    }
   } else {
     return rebuild<true>(n, binding<Z, Rep>{rep});
   }

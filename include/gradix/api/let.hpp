@@ -1,0 +1,89 @@
+#pragma once
+/// \file
+/// `gx::let`: a value computed once and read many times (docs/ad.md, "Shared values").
+///
+///   auto y = gx::let(layer_input, [&](auto x) { return x + gx::matmul(norm(x), W); });
+///
+/// The body f receives a placeholder for the operand's value (a small node whose type names
+/// the operand's type once) and returns an expression that reads it as often as it likes.
+/// Every call (eval, value, backward, grad) computes the operand once into a buffer of the
+/// call, the body reads that buffer, and a backward call adds the adjoints of all the reads
+/// into one buffer, from which the operand's own gradient is pushed once (expr/let.hpp,
+/// ad::let_use). The expression's type holds the operand once and the body once: a model
+/// that binds each value it reads more than once has a type linear in its size, where the
+/// same code with plain `auto` variables repeats every shared sub-expression in the type
+/// at each read (exponentially in the depth of the sharing).
+///
+/// An operand that computes nothing (a tensor, a parameter, a scalar, a placeholder, or views
+/// and index nodes over them) is passed to f as it is (as a node: a view of the tensor, the parameter's node): reading it costs what reading the
+/// buffer would, and no buffer is kept.
+
+#include "gradix/ad/save.hpp"
+#include "gradix/config.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/let.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/expr/rebuild.hpp"
+
+#include <type_traits>
+
+namespace gradix {
+
+namespace detail {
+template <class N>
+struct is_specialization_of_unary : std::false_type {};
+template <class Op, class A>
+struct is_specialization_of_unary<unary_node<Op, A>> : std::true_type {};
+
+/// Whether N computes anything: an elementwise node, or a value a call keeps (a product, a
+/// reduction, a segment sum, a let) anywhere in it.
+template <class N>
+constexpr bool computes() {
+  if constexpr (ad::buffer_count<N, false>::value > 0 || is_let_node<N>::value) {
+    return true;
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    return true;  // binary nodes (products keep a value: above)
+  } else if constexpr (is_specialization_of_unary<N>::value) {
+    return true;
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return computes<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else {
+    return false;
+  }
+}
+
+template <class X, class F>
+constexpr auto let1(X&& x, F&& f) {
+  using N = node_t<X>;
+  if constexpr (!computes<N>()) {
+    return f(as_node(static_cast<X&&>(x)));  // (a node: a view, or the parameter's node)
+  } else {
+    N const z = as_node(static_cast<X&&>(x));
+    auto body = f(var_node<N>{z.shape()});
+    using B = decltype(body);
+    static_assert(expression<B>, "gradix::let: the body must return an expression (built from its argument)");
+    if constexpr (!mentions_var<B, N>()) return body;  // the value is not read
+    else return let_node<N, B>{z, body};
+  }
+}
+
+}  // namespace detail
+
+/// f(x), with x's value computed once per call and its adjoints summed into one buffer
+/// (docs/ad.md, "Shared values"). f takes the value (a placeholder expression) and returns
+/// the expression that reads it.
+template <operand X, class F>
+constexpr auto let(X&& x, F&& f) {
+  return detail::let1(static_cast<X&&>(x), f);
+}
+
+/// f(a, b): both values shared (let(a, [&](auto a) { return let(b, [&](auto b) { return
+/// f(a, b); }); })).
+template <operand A, operand B, class F>
+constexpr auto let(A&& a, B&& b, F&& f) {
+  return detail::let1(static_cast<A&&>(a), [&](auto const& va) {
+    return detail::let1(static_cast<B&&>(b), [&](auto const& vb) { return f(va, vb); });
+  });
+}
+
+}  // namespace gradix

@@ -1,0 +1,280 @@
+// Shared values written by the user (api/let.hpp, gx::let; docs/ad.md, "Shared values"):
+// a value read several times is computed once and named once. The type stays linear in the
+// program's size (node counts, static_asserts), values equal the same expression written
+// without let, gradients match central differences in double precision (nested lets whose
+// operand reads the enclosing placeholder included), each product is planned once, and a
+// pre-norm transformer block written with lets runs forward and backward on a thread with a
+// 1 MiB stack.
+#include "ad/numgrad.hpp"
+#include "testing.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <pthread.h>
+#include <type_traits>
+#include <vector>
+
+namespace gx = gradix;
+using gx::dyn;
+using gx::index_t;
+using gx::shape;
+
+namespace {
+using TD = gx::tensor<double, shape<dyn, dyn>>;
+using TD3 = gx::tensor<double, shape<dyn, dyn, dyn>>;
+using PD = gx::parameter<double, shape<dyn, dyn>>;
+
+// The number of nodes in an expression's type tree (a placeholder counts as one leaf; a
+// variable template, so each type is counted once).
+template <class N>
+constexpr std::size_t count_nodes();
+template <class N>
+inline constexpr std::size_t nodes_in = count_nodes<N>();
+template <class N>
+constexpr std::size_t count_nodes() {
+  if constexpr (gx::is_let_node<N>::value)
+    return 1 + nodes_in<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>> +
+           nodes_in<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>;
+  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
+    return 1 + nodes_in<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>> +
+           nodes_in<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>;
+  else if constexpr (requires(N const& x) { x.arg_; })
+    return 1 + nodes_in<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>;
+  else
+    return 1;
+}
+
+// Products and lets in a backward plan (types only).
+template <class U>
+struct products_in : std::integral_constant<int, 0> {};
+template <class... E>
+struct products_in<gx::tuple<E...>> : std::integral_constant<int, (products_in<E>::value + ... + 0)> {};
+template <class P0, class PA, class PB, class SN>
+struct products_in<gx::ad::product_use<P0, PA, PB, SN>>
+    : std::integral_constant<int, 1 + products_in<PA>::value + products_in<PB>::value> {};
+template <class PB, class PZ, class G>
+struct products_in<gx::ad::let_use<PB, PZ, G>>
+    : std::integral_constant<int, products_in<PB>::value + products_in<PZ>::value> {};
+template <class U>
+struct lets_in : std::integral_constant<int, 0> {};
+template <class... E>
+struct lets_in<gx::tuple<E...>> : std::integral_constant<int, (lets_in<E>::value + ... + 0)> {};
+template <class P0, class PA, class PB, class SN>
+struct lets_in<gx::ad::product_use<P0, PA, PB, SN>>
+    : std::integral_constant<int, lets_in<PA>::value + lets_in<PB>::value> {};
+template <class PB, class PZ, class G>
+struct lets_in<gx::ad::let_use<PB, PZ, G>>
+    : std::integral_constant<int, 1 + lets_in<PB>::value + lets_in<PZ>::value> {};
+
+// x -> x * x + x, n times: written with plain values (the type doubles at each step) and
+// with let (it grows by a constant).
+template <int N, class X>
+auto doubling_plain(X const& x) {
+  if constexpr (N == 0) return x * 1.0;
+  else {
+    auto y = doubling_plain<N - 1>(x);
+    return y * y + y;
+  }
+}
+template <int N, class X>
+auto doubling_let(X const& x) {
+  if constexpr (N == 0) return x * 1.0;
+  else return gx::let(doubling_let<N - 1>(x), [](auto y) { return y * y + y; });
+}
+
+// Layer norm over the last axis, written out (as bench/blocks.cpp does), and with let.
+template <class E>
+auto layer_norm_plain(E const& x) {
+  auto c = x - gx::mean<2>(x, gx::keep_dims);
+  return c / gx::sqrt(gx::mean<2>(gx::square(c), gx::keep_dims) + 1e-5);
+}
+template <class E>
+auto layer_norm_let(E const& x) {
+  return gx::let(x - gx::mean<2>(x, gx::keep_dims), [](auto c) {
+    return c / gx::sqrt(gx::mean<2>(gx::square(c), gx::keep_dims) + 1e-5);
+  });
+}
+}  // namespace
+
+// A tensor, a parameter or a view of one computes nothing: let passes it to the body as it
+// is. An elementwise operand or a product is bound; a body that does not read the value is
+// the body alone.
+static_assert(std::is_same_v<decltype(gx::let(std::declval<TD&>(), [](auto x) { return x * 2.0; })),
+                             decltype(std::declval<TD&>() * 2.0)>);
+static_assert(std::is_same_v<decltype(gx::let(gx::transpose(std::declval<PD&>()), [](auto x) { return x * 2.0; })),
+                             decltype(gx::transpose(std::declval<PD&>()) * 2.0)>);
+static_assert(gx::is_let_node<decltype(gx::let(std::declval<TD&>() + 1.0, [](auto x) { return x * x; }))>::value);
+static_assert(gx::is_let_node<decltype(gx::let(gx::matmul(std::declval<TD&>(), std::declval<PD&>()),
+                                               [](auto x) { return x * x; }))>::value);
+
+// The type is linear in the program: ten doublings with let hold a constant number of nodes
+// per step; the same code with plain values triples the type at each step (y read 3 times).
+static_assert(nodes_in<decltype(doubling_let<10>(std::declval<TD&>()))> <= 10 * 6 + 3);
+static_assert(nodes_in<decltype(doubling_plain<10>(std::declval<TD&>()))> >= 59049);  // 3^10
+
+TEST_CASE("let: values equal the expression written without let") {
+  index_t const B = 3, T = 4, D = 5;
+  auto X = gx::uniform<double>(gx::dims(B, T, D), 901, -1.0, 1.0);
+  auto W = gx::param(gx::uniform<double>(gx::dims(D, D), 902, -0.5, 0.5));
+  SUBCASE("layer norm") {
+    auto a = gx::eval(layer_norm_plain(X));
+    auto b = gx::eval(layer_norm_let(X));
+    for (index_t i = 0; i < B; ++i)
+      for (index_t t = 0; t < T; ++t)
+        for (index_t d = 0; d < D; ++d) CHECK(b(i, t, d) == doctest::Approx(a(i, t, d)).epsilon(1e-13));
+  }
+  SUBCASE("doubling through a product, both ways") {
+    auto h = gx::matmul(X, W);
+    double const p = gx::value(gx::sum(doubling_plain<4>(h)));
+    double const l = gx::value(gx::sum(doubling_let<4>(h)));
+    CHECK(l == doctest::Approx(p).epsilon(1e-12));
+  }
+  SUBCASE("two values at once, and a body that returns the value") {
+    double const p = gx::value(gx::sum(gx::matmul(X, W) * gx::square(X + 1.0)));
+    double const l = gx::value(gx::sum(gx::let(gx::matmul(X, W), X + 1.0, [](auto a, auto b) { return a * b * b; })));
+    CHECK(l == doctest::Approx(p).epsilon(1e-12));
+    double const v = gx::value(gx::sum(gx::let(gx::matmul(X, W), [](auto a) { return a; })));
+    CHECK(v == doctest::Approx(gx::value(gx::sum(gx::matmul(X, W)))).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("let: gradients match central differences") {
+  index_t const B = 2, T = 3, D = 4;
+  auto X0 = gx::uniform<double>(gx::dims(B, T, D), 911, -1.0, 1.0);
+  auto W0 = gx::uniform<double>(gx::dims(D, D), 912, -0.6, 0.6);
+  auto W2 = gx::uniform<double>(gx::dims(D, D), 913, -0.6, 0.6);
+  SUBCASE("a layer norm, the input a parameter") {
+    auto X = gx::param(X0);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(layer_norm_let(p)) * X0); }, X);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(gx::matmul(layer_norm_let(p), W0))); }, X);
+  }
+  SUBCASE("a nested let whose operand reads the enclosing value") {
+    auto W = gx::param(W0);
+    auto f = [&](auto& p) {
+      return gx::let(gx::matmul(X0, p), [&](auto h) {
+        return gx::let(h * h + gx::matmul(h, W2), [&](auto g) { return gx::sum(g * h) + gx::sum(gx::tanh(g)); });
+      });
+    };
+    CHECK_NUMGRAD(f, W);
+    auto X = gx::param(X0);
+    CHECK_NUMGRAD([&](auto& p) {
+      return gx::let(p * 0.5 + 0.25, [&](auto a) {
+        return gx::let(gx::mean<2>(a, gx::keep_dims), [&](auto m) { return gx::sum(gx::square(a - m) * m); });
+      });
+    }, X);
+  }
+  SUBCASE("doubling through a product, into the weights") {
+    auto W = gx::param(W0);
+    CHECK_NUMGRAD([&](auto& p) { return gx::sum(doubling_let<3>(gx::matmul(X0, p) * 0.5)); }, W);
+  }
+  SUBCASE("a value read besides a product and a reduction") {
+    auto W = gx::param(W0);
+    CHECK_NUMGRAD([&](auto& p) {
+      return gx::let(gx::tanh(gx::matmul(X0, p)), [&](auto h) {
+        return gx::sum(gx::softmax<2>(gx::matmul(h, gx::permute<0, 2, 1>(h)))) + gx::sum(h * gx::sum<2>(h, gx::keep_dims));
+      });
+    }, W);
+  }
+}
+
+namespace {
+// A pre-norm transformer block (single causal head), written with let: every value read more
+// than once is bound once.
+template <class X, class P>
+auto transformer_block(X const& x0, P& Wq, P& Wk, P& Wv, P& Wo, P& W1, P& W2, TD const& mask, double scale) {
+  return gx::let(x0, [&](auto x) {
+    auto attn = gx::let(layer_norm_let(x), [&](auto n) {
+      auto scores = gx::matmul(gx::matmul(n, Wq), gx::permute<0, 2, 1>(gx::matmul(n, Wk))) * scale;
+      return gx::matmul(gx::matmul(gx::softmax<2>(gx::where(mask, scores, -1e9)), gx::matmul(n, Wv)), Wo);
+    });
+    return gx::let(x + attn, [&](auto h) {
+      auto u = gx::matmul(layer_norm_let(h), W1);
+      auto g = gx::let(u, [](auto v) { return 0.5 * v * (1.0 + gx::tanh(0.7978845608 * (v + 0.044715 * v * v * v))); });
+      return h + gx::matmul(g, W2);
+    });
+  });
+}
+}  // namespace
+
+TEST_CASE("let: a transformer block: gradients, one product per matmul written") {
+  index_t const B = 2, T = 3, D = 4, F = 6;
+  auto X0 = gx::uniform<double>(gx::dims(B, T, D), 921, -1.0, 1.0);
+  auto init = [](index_t r, index_t c, std::uint64_t seed) {
+    return gx::param(gx::uniform<double>(gx::dims(r, c), seed, -0.7, 0.7));
+  };
+  auto Wq = init(D, D, 922), Wk = init(D, D, 923), Wv = init(D, D, 924), Wo = init(D, D, 925);
+  auto W1 = init(D, F, 926), W2 = init(F, D, 927);
+  TD mask(gx::dims(T, T));
+  for (index_t i = 0; i < T; ++i)
+    for (index_t j = 0; j < T; ++j) mask(i, j) = j <= i ? 1.0 : 0.0;
+  double const scale = 0.5;
+  auto X = gx::param(X0);
+  auto loss = [&](auto& x) { return gx::sum(gx::square(transformer_block(x, Wq, Wk, Wv, Wo, W1, W2, mask, scale))); };
+  using E = decltype(loss(X));
+  // 8 products written (q, k, v, the scores, their product with v, Wo, W1, W2): each planned
+  // once, whatever the number of reads of its operands. 6 lets: the five bindings of the
+  // block (both layer norms' centred values, the first norm, the residual, the MLP's
+  // hidden layer) and softmax's own over the masked scores.
+  static_assert(products_in<gx::backward_plan_t<E>>::value == 8);
+  static_assert(lets_in<gx::backward_plan_t<E>>::value == 6);
+  CHECK_NUMGRAD(loss, X);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(transformer_block(X0, Wq, Wk, Wv, Wo, p, W2, mask, scale))); }, W1);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(transformer_block(X0, p, Wk, Wv, Wo, W1, W2, mask, scale))); }, Wq);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(transformer_block(X0, Wq, Wk, p, Wo, W1, W2, mask, scale))); }, Wv);
+}
+
+namespace {
+struct stack_run {
+  double loss = 0;
+  std::vector<float> gq;
+  bool done = false;
+};
+void* transformer_on_small_stack(void* p) {
+  auto& r = *static_cast<stack_run*>(p);
+  index_t const B = 2, T = 8, D = 16, F = 32;
+  auto X = gx::randn<float>(gx::dims(B, T, D), 931);
+  auto init = [](index_t rr, index_t c, std::uint64_t seed) {
+    return gx::param(gx::randn<float>(gx::dims(rr, c), seed, 0.f, 0.25f));
+  };
+  auto Wq = init(D, D, 932), Wk = init(D, D, 933), Wv = init(D, D, 934), Wo = init(D, D, 935);
+  auto W1 = init(D, F, 936), W2 = init(F, D, 937);
+  gx::tensor<float, shape<dyn, dyn>> mask(gx::dims(T, T));
+  for (index_t i = 0; i < T; ++i)
+    for (index_t j = 0; j < T; ++j) mask(i, j) = j <= i ? 1.f : 0.f;
+  auto ln = [](auto const& x) {
+    return gx::let(x - gx::mean<2>(x, gx::keep_dims), [](auto c) {
+      return c / gx::sqrt(gx::mean<2>(gx::square(c), gx::keep_dims) + 1e-5f);
+    });
+  };
+  auto block = gx::let(X, [&](auto x) {
+    auto attn = gx::let(ln(x), [&](auto n) {
+      auto scores = gx::matmul(gx::matmul(n, Wq), gx::permute<0, 2, 1>(gx::matmul(n, Wk))) * 0.25f;
+      return gx::matmul(gx::matmul(gx::softmax<2>(gx::where(mask, scores, -1e9f)), gx::matmul(n, Wv)), Wo);
+    });
+    return gx::let(x + attn, [&](auto h) { return h + gx::matmul(gx::tanh(gx::matmul(ln(h), W1)), W2); });
+  });
+  r.loss = double(gx::backward(gx::sum(gx::square(block))));
+  auto g = Wq.grad().to_dense();
+  for (index_t i = 0; i < D; ++i)
+    for (index_t j = 0; j < D; ++j) r.gq.push_back(g(i, j));
+  r.done = true;
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("let: a transformer block's backward runs on a 1 MiB stack") {
+  stack_run small, big;
+  for (auto [run, mib] : {std::pair{&small, 1}, std::pair{&big, 64}}) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, std::size_t(mib) << 20);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, &attr, transformer_on_small_stack, run) == 0);
+    pthread_join(t, nullptr);
+    pthread_attr_destroy(&attr);
+  }
+  REQUIRE(small.done);
+  CHECK(std::isfinite(small.loss));
+  CHECK(small.loss == big.loss);
+  CHECK(small.gq == big.gq);
+}
