@@ -15,13 +15,13 @@
 // --x-param gives its figures (~600x for the layer norm at the small shape).
 //
 //   matmul        matmul(X, W)
-//   mlp_gelu      matmul(gelu(matmul(X, W1)), W2), gelu in the tanh form written out:
-//                 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))
-//   layer_norm    ln(X) = (X - mean) / sqrt(mean(square(X - mean)) + eps), means over the
-//                 last axis with keep_dims, eps 1e-5 (no affine parameters)
+//   mlp_gelu      matmul(gelu_tanh(matmul(X, W1)), W2) (gx::gelu_tanh: the tanh form,
+//                 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))))
+//   layer_norm    ln(X) = gx::layer_norm(X): (X - mean) / sqrt(mean(square(X - mean)) +
+//                 eps) over the last axis, eps 1e-5 (no affine parameters)
 //   ln_matmul     matmul(ln(X), W)
 //   residual      X + matmul(ln(X), W)
-//   rms_norm      X / sqrt(mean(square(X)) + eps), the mean over the last axis, keep_dims
+//   rms_norm      gx::rms_norm(X, 1e-5f): X / sqrt(mean(square(X)) + eps), the last axis
 //   softmax       softmax<2>(matmul(X, W)) (not through cross_entropy)
 //   log_softmax   log_softmax<2>(matmul(X, W))
 //   attention     matmul(softmax<2>(matmul(matmul(X, W), permute<0,2,1>(X))), X)
@@ -30,23 +30,22 @@
 //                 * (1 / sqrt(D)), -1e9)), v), mask a (T, T) constant, 1 on and below the
 //                 diagonal
 //   transformer   a pre-norm block: h = X + matmul(causal_head(ln(X)), Wo), then
-//                 h + matmul(gelu(matmul(ln(h), W1)), W2) (ln without affine parameters)
+//                 h + matmul(gelu_tanh(matmul(ln(h), W1)), W2) (ln without affine
+//                 parameters), ln(X) and h bound by gx::let (each read several times)
 //
 // Every block runs one warm-up (value, then backward) and up to --reps repeats (default 9),
 // forward and backward interleaved, the gradients cleared between repeats outside the
-// timing; the figures are medians. Some blocks have a very slow backward today (issue 32:
-// ~600x the forward for a layer norm): once a block's backward calls (the warm-up's
-// included) have taken more than --limit seconds (default 3) in all, its remaining repeats
-// are skipped; the line and the JSON say how many repeats were timed (0: the warm-up call's
-// times, first touch of the storages included).
+// timing; the figures are medians. Once a block's backward calls (the warm-up's included)
+// have taken more than --limit seconds (default 3) in all, its remaining repeats are
+// skipped (before gx::let and the staged reduction adjoints a layer norm's backward took
+// ~600x its forward); the line and the JSON say how many repeats were timed (0: the
+// warm-up call's times, first touch of the storages included).
 //
-// Each block runs in a child process (fork) of its own, so that a block that crashes (today
-// the transformer block overflows the default 8 MiB stack in the backward's recursion,
-// issue 32) or that runs past --timeout seconds in all (default 60; the child is killed:
-// today the transformer block at --large --x-param, whose single backward call takes
-// longer) is reported as such and the others still run. --stack MIB runs each block on a
-// thread with that stack size (the transformer block at the small shape runs with
-// --stack 256); 0, the default, runs it on the main thread and its stack (ulimit -s).
+// Each block runs in a child process (fork) of its own, so that a block that crashes (a
+// stack overflow: before gx::let, the transformer block overflowed the default 8 MiB stack)
+// or that runs past --timeout seconds in all (default 60; the child is killed) is reported
+// as such and the others still run. --stack MIB runs each block on a thread with that stack
+// size; 0, the default, runs it on the main thread and its stack (ulimit -s).
 // --no-fork runs every block in this process, one after the other (for a profiler or a
 // debugger: a crash ends the run). --only BLOCK (repeatable) runs those blocks.
 // The last line is one JSON object with every median and ratio; a block that did not finish
@@ -180,25 +179,6 @@ void run_block(options const& o, std::string const& name, int params, Loss const
   results.push_back(res);
 }
 
-// The blocks' building pieces, as a user writes them from docs/ops.md.
-constexpr float eps = 1e-5f;
-
-template <class H>
-auto gelu(H const& h) {  // tanh form
-  return 0.5f * h * (1.f + gx::tanh(0.7978845608f * (h + 0.044715f * h * h * h)));
-}
-
-template <class E>
-auto layer_norm(E const& x) {  // over the last axis of a (B, T, D) operand
-  auto c = x - gx::mean<2>(x, gx::keep_dims);
-  return c / gx::sqrt(gx::mean<2>(gx::square(c), gx::keep_dims) + eps);
-}
-
-template <class E>
-auto rms_norm(E const& x) {
-  return x / gx::sqrt(gx::mean<2>(gx::square(x), gx::keep_dims) + eps);
-}
-
 template <class E>
 auto loss_of(E const& block) {
   return gx::sum(gx::square(block));
@@ -229,11 +209,11 @@ void blocks(options const& o, XI& X, Wt& W, Wt& W1, Wt& W2, Wt& Wq, Wt& Wk, Wt& 
   };
 
   block("matmul", loss_of(gx::matmul(X, W)), W);
-  block("mlp_gelu", loss_of(gx::matmul(gelu(gx::matmul(X, W1)), W2)), W1, W2);
-  block("layer_norm", loss_of(layer_norm(X)));
-  block("ln_matmul", loss_of(gx::matmul(layer_norm(X), W)), W);
-  block("residual", loss_of(X + gx::matmul(layer_norm(X), W)), W);
-  block("rms_norm", loss_of(rms_norm(X)));
+  block("mlp_gelu", loss_of(gx::matmul(gx::gelu_tanh(gx::matmul(X, W1)), W2)), W1, W2);
+  block("layer_norm", loss_of(gx::layer_norm(X)));
+  block("ln_matmul", loss_of(gx::matmul(gx::layer_norm(X), W)), W);
+  block("residual", loss_of(X + gx::matmul(gx::layer_norm(X), W)), W);
+  block("rms_norm", loss_of(gx::rms_norm(X, 1e-5f)));
   block("softmax", loss_of(gx::softmax<2>(gx::matmul(X, W))), W);
   block("log_softmax", loss_of(gx::log_softmax<2>(gx::matmul(X, W))), W);
   block("attention",
@@ -243,8 +223,11 @@ void blocks(options const& o, XI& X, Wt& W, Wt& W1, Wt& W2, Wt& Wq, Wt& Wk, Wt& 
   block("causal_head", loss_of(causal_head(X)), Wq, Wk, Wv);
 #if GRADIX_BENCH_BLOCKS_TRANSFORMER
   {
-    auto h = X + gx::matmul(causal_head(layer_norm(X)), Wo);
-    auto out = h + gx::matmul(gelu(gx::matmul(layer_norm(h), W1)), W2);
+    // every value read more than once is bound by gx::let (docs/ad.md, "Shared values"):
+    // the normalized input (read by q, k and v), the residual stream h
+    auto out = gx::let(X + gx::matmul(gx::let(gx::layer_norm(X), causal_head), Wo), [&](auto h) {
+      return h + gx::matmul(gx::gelu_tanh(gx::matmul(gx::layer_norm(h), W1)), W2);
+    });
     block("transformer", loss_of(out), Wq, Wk, Wv, Wo, W1, W2);
   }
 #endif
@@ -355,7 +338,7 @@ result run_child(options const& o, std::string const& name) {
   } else if (WIFSIGNALED(st)) {
     int const sig = WTERMSIG(st);
     std::snprintf(why, sizeof why, "crashed: signal %d (%s)%s", sig, strsignal(sig),
-                  sig == SIGSEGV ? "; a stack overflow? try --stack 256 or ulimit -s unlimited" : "");
+                  sig == SIGSEGV ? "; a stack overflow? try --stack 64" : "");
     res.status = why;
   } else if (got < sizeof f || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     std::snprintf(why, sizeof why, "failed: exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);

@@ -45,5 +45,6 @@
 #include "gradix/api/param.hpp"
 #include "gradix/api/saved.hpp"
 #include "gradix/api/let.hpp"
+#include "gradix/expr/norm.hpp"
 #include "gradix/api/backward.hpp"
 #include "gradix/api/gradcheck.hpp"

@@ -257,6 +257,21 @@ constexpr auto sigmoid(X&& x) {
   if constexpr (ok) return unary<op::sigmoid>(static_cast<X&&>(x));
   else return scalar_node<float>{};
 }
+/// GELU, x Phi(x) (the exact form, with erf); gelu_tanh: its tanh approximation.
+template <detail::non_scalar X>
+constexpr auto gelu(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::gelu: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::gelu>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
+template <detail::non_scalar X>
+constexpr auto gelu_tanh(X&& x) {
+  constexpr bool ok = operand<X>;
+  static_assert(ok, "gradix::gelu_tanh: the operand is not a gradix expression, tensor or parameter");
+  if constexpr (ok) return unary<op::gelu_tanh>(static_cast<X&&>(x));
+  else return scalar_node<float>{};
+}
 template <detail::non_scalar X>
 constexpr auto expm1(X&& x) {
   constexpr bool ok = operand<X>;

@@ -8,6 +8,8 @@
 #include "gradix/core/simd.hpp"
 #include "gradix/core/vmath.hpp"
 
+#include <limits>
+
 namespace gradix::op {
 
 #define GRADIX_LANEWISE(expr) \
@@ -65,6 +67,59 @@ struct sigmoid {
   static constexpr bool pack_derivative = true;
   template <class T>
   GRADIX_HOST_DEVICE static constexpr T d_arg(T, T y) { return y * (simd::constant<T>(1) - y); }
+};
+namespace detail {
+/// v, or 0 where |v| is below 16 times the least normal value of its element type: GELU's
+/// tail factors (a sigmoid, an erfc, a Gaussian) would otherwise give subnormal results
+/// for x << 0, and a matrix product over subnormal operands runs several times slower (the
+/// result there is below 1e-36 in float: 0, as 1 + tanh(u) gives in PyTorch).
+template <class T>
+GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr T flush_tiny(T x) {
+  return GRADIX_LANEWISE(v < std::numeric_limits<decltype(v)>::min() * decltype(v)(16) ? decltype(v)(0) : v);
+}
+}  // namespace detail
+/// y = x Phi(x) = x/2 erfc(-x / sqrt 2) (GELU, the exact form; erfc rather than 1 + erf
+/// keeps the digits of the tail x << 0); dy/dx = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) /
+/// sqrt(2 pi). Lane by lane (the platform's erfc and exp), float included. Factors below
+/// 16x the least normal value are 0 (detail::flush_tiny).
+struct gelu {
+  static constexpr char const* name = "gelu";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    return x * detail::flush_tiny(GRADIX_LANEWISE(decltype(v)(0.5) * math::erfc(v * decltype(v)(-0.70710678118654752440))));
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    T const phi = detail::flush_tiny(GRADIX_LANEWISE(decltype(v)(0.39894228040143267794) * math::exp(decltype(v)(-0.5) * v * v)));
+    return detail::flush_tiny(GRADIX_LANEWISE(decltype(v)(0.5) * math::erfc(v * decltype(v)(-0.70710678118654752440)))) + x * phi;
+  }
+};
+/// y = x/2 (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (GELU, the tanh
+/// approximation: PyTorch's approximate='tanh'; the sigmoid form has no cancellation for
+/// x << 0); dy/dx = s + 2 x s (1 - s) du/dx, s = sigmoid(2u) (recomputed from x; below 16x
+/// the least normal value, 0: detail::flush_tiny)
+struct gelu_tanh {
+  static constexpr char const* name = "gelu_tanh";
+  static constexpr bool needs_floating = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T sig(T x, T x2) {
+    return detail::flush_tiny(
+        sigmoid::value(simd::constant<T>(2 * 0.79788456080286535588) * (x + simd::constant<T>(0.044715) * x2 * x)));
+  }
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T value(T x) {
+    return x * sig(x, x * x);
+  }
+  static constexpr bool pack_derivative = true;
+  template <class T>
+  GRADIX_HOST_DEVICE static constexpr T d_arg(T x, T) {
+    T const x2 = x * x;
+    T const s = sig(x, x2);
+    T const du2 = simd::constant<T>(2 * 0.79788456080286535588) * (simd::constant<T>(1) + simd::constant<T>(3 * 0.044715) * x2);
+    return s + x * s * (simd::constant<T>(1) - s) * du2;
+  }
 };
 /// y = exp(x) - 1, accurate near 0;  dy/dx = exp(x) (recomputed: y + 1 loses the digits of
 /// a small e^x for x << 0)
