@@ -180,6 +180,7 @@ TEST_CASE("let: gradients match central differences") {
 namespace {
 // A pre-norm transformer block (single causal head), written with let: every value read more
 // than once is bound once.
+// doc-snippet: transformer_block
 template <class X, class P>
 auto transformer_block(X const& x0, P& Wq, P& Wk, P& Wv, P& Wo, P& W1, P& W2, TD const& mask, double scale) {
   return gx::let(x0, [&](auto x) {
@@ -194,6 +195,7 @@ auto transformer_block(X const& x0, P& Wq, P& Wk, P& Wv, P& Wo, P& W1, P& W2, TD
     });
   });
 }
+// end doc-snippet
 }  // namespace
 
 TEST_CASE("let: a transformer block: gradients, one product per matmul written") {

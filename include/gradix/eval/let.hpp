@@ -28,8 +28,8 @@ struct evaluator<let_node<Z, Body>>
 template <class Z>
 struct evaluator<var_node<Z>> {
   static_assert(sizeof(Z) == 0,
-                "gradix internal: a let's placeholder is evaluated only through the API's save "
-                "transform, which binds it to a buffer");
+                "gradix::let: a let's value (the placeholder its body receives) is read outside "
+                "the let's body; build every expression that reads it inside the body and return it");
 };
 
 }  // namespace gradix::ev
