@@ -109,7 +109,7 @@ TEST_CASE("embedding_bag: the plan is one scatter kernel when the adjoint is a b
   // through a product: the product's plan for its left operand is one plain use
   using P1 = gx::backward_plan_t<decltype(gx::sum(gx::matmul(std::declval<Bag>(), std::declval<T&>())))>;
   static_assert(P1::size == 1 && gx::ad::is_product<std::remove_cvref_t<decltype(gx::get<0>(std::declval<P1>()))>>::value);
-  using PA = decltype(gx::get<0>(std::declval<P1>()).pa_);
+  using PA = decltype(gx::get<0>(std::declval<P1>()).pa());
   static_assert(std::remove_cvref_t<PA>::size == 1);
   static_assert(gx::ad::is_plain_use<std::remove_cvref_t<decltype(gx::get<0>(std::declval<PA>()))>>::value);
   // under an expression: staged (the adjoint is written into the bag's buffer first)

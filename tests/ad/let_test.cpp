@@ -30,8 +30,8 @@ struct products_in<gx::tuple<E...>> : std::integral_constant<int, (products_in<E
 template <class P0, class PA, class PB, class SN>
 struct products_in<gx::ad::product_use<P0, PA, PB, SN>>
     : std::integral_constant<int, 1 + products_in<PA>::value + products_in<PB>::value> {};
-template <class PB, class PZ, class G>
-struct products_in<gx::ad::let_use<PB, PZ, G>>
+template <class PB, class PZ, class... R>
+struct products_in<gx::ad::let_use<PB, PZ, R...>>
     : std::integral_constant<int, products_in<PB>::value + products_in<PZ>::value> {};
 template <class U>
 struct lets_in : std::integral_constant<int, 0> {};
@@ -40,8 +40,8 @@ struct lets_in<gx::tuple<E...>> : std::integral_constant<int, (lets_in<E>::value
 template <class P0, class PA, class PB, class SN>
 struct lets_in<gx::ad::product_use<P0, PA, PB, SN>>
     : std::integral_constant<int, lets_in<PA>::value + lets_in<PB>::value> {};
-template <class PB, class PZ, class G>
-struct lets_in<gx::ad::let_use<PB, PZ, G>>
+template <class PB, class PZ, class... R>
+struct lets_in<gx::ad::let_use<PB, PZ, R...>>
     : std::integral_constant<int, 1 + lets_in<PB>::value + lets_in<PZ>::value> {};
 
 VI labels(index_t n, index_t classes) {

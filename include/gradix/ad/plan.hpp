@@ -18,11 +18,22 @@
 
 namespace gradix::ad {
 
-/// The plan of backward(e) for a rank-0 expression: its update kernels.
+namespace detail {
+/// e as the node the plan is pushed through: e itself when it is an expression (the plan
+/// points at its kept products and staged nodes: product_use, staged_use), else its view.
+template <class E>
+constexpr decltype(auto) plan_root(E const& e) {
+  if constexpr (expression<E>) return (e);
+  else return gradix::detail::as_node(e);
+}
+}  // namespace detail
+
+/// The plan of backward(e) for a rank-0 expression: its update kernels. The plan points into
+/// e (its kept products and staged nodes): e must outlive it.
 template <operand E>
 constexpr auto plan(E const& e_in) {
-  auto e = gradix::detail::as_node(e_in);
-  using N = decltype(e);
+  decltype(auto) e = detail::plan_root(e_in);
+  using N = std::remove_cvref_t<decltype(e)>;
   static_assert(shape_of_t<N>::rank == 0,
                 "gradix::backward: the expression is not rank 0; pass a seed (an adjoint of "
                 "the expression's shape) as second argument");
@@ -30,11 +41,12 @@ constexpr auto plan(E const& e_in) {
   return push(e, shape<>{}, one_node<T, shape<>>{}, tuple<>{});
 }
 
-/// The plan of backward(e, seed): the seed is the adjoint of e (same shape).
+/// The plan of backward(e, seed): the seed is the adjoint of e (same shape). The plan points
+/// into e, as above.
 template <operand E, class Seed>
 constexpr auto plan(E const& e_in, Seed const& seed) {
-  auto e = gradix::detail::as_node(e_in);
-  using N = decltype(e);
+  decltype(auto) e = detail::plan_root(e_in);
+  using N = std::remove_cvref_t<decltype(e)>;
   using D = shape_of_t<N>;
   return push(e, e.shape(), seed, identity_map<D::rank>());
 }

@@ -29,16 +29,35 @@
 
 namespace gradix::ad {
 
-/// The plan element of a kept product SN (a saved_node of a matmul_node) in a backward call.
-/// (The plan holds copies of nodes, not pointers into the expression: plan() works on a copy
-/// of its own. p0's target, the product's adjoint buffer, is set where it runs, as a
-/// workspace_grad over the buffer node_.extra_.gc names.)
+// The plans of a product's operands, of a staged node's operand and of a let's body and
+// operand are built where the element runs (pa(), pb(), pe(), pz(): ad/push.hpp defines the
+// functions below), from the node the element points at in the expression the plan was built
+// from (the call's transformed expression, which outlives the plan: ad::plan pushes through
+// the expression it is given, by reference). Their types are the element's parameters, so
+// everything the plan's type says is said before it runs; but the push that builds a plan
+// stops at the first product, staged node or let on each path, and a plan's size is that of
+// the kernels it runs itself. Held inside, a chain of n products made a plan of size O(n^2)
+// and the push's frames O(n^2) or more of stack.
+template <class SN>
+constexpr auto product_plan_a(SN const& n);
+template <class SN>
+constexpr auto product_plan_b(SN const& n);
+template <class SN>
+constexpr auto staged_plan(SN const& n);
+template <class LN>
+constexpr auto let_operand_plan(LN const& n);
+template <class LN, class D, class V, class M>
+constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m);
+
+/// The plan element of a kept product SN (a saved_node of a matmul_node) in a backward call:
+/// p0 writes the product's adjoint (its target, the buffer node_->extra_.gc, set where it
+/// runs), then the operands' adjoints by gemm, then their plans (PA, PB).
 template <class P0, class PA, class PB, class SN>
 struct product_use {
   P0 p0_;
-  PA pa_;
-  PB pb_;
-  SN node_;  // the saved product: its operands as the products read them, and its buffers
+  SN const* node_;  // the saved product: its operands as the products read them, and its buffers
+  constexpr PA pa() const { return product_plan_a(*node_); }
+  constexpr PB pb() const { return product_plan_b(*node_); }
 };
 
 template <class U>
@@ -47,33 +66,39 @@ template <class P0, class PA, class PB, class SN>
 struct is_product<product_use<P0, PA, PB, SN>> : std::true_type {};
 
 /// The plan element of a kept node whose backward reads its adjoint at other coordinates
-/// than the kernel that produces it (a segment sum, when its adjoint is not a buffer
-/// already): p0 writes the adjoint into the node's workspace buffer (node_.extra_.gout),
-/// then pe, the operand's plan pushed from that buffer, runs.
+/// than the kernel that produces it (a sum or mean reduction reached through a broadcast, a
+/// segment sum): p0 writes the adjoint into the node's workspace buffer
+/// (node_->extra_.gout), then pe(), the operand's plan pushed from that buffer, runs.
 template <class P0, class PE, class SN>
 struct staged_use {
   P0 p0_;
-  PE pe_;
-  SN node_;
+  SN const* node_;
+  constexpr PE pe() const { return staged_plan(*node_); }
 };
 template <class U>
 struct is_staged : std::false_type {};
 template <class P0, class PE, class SN>
 struct is_staged<staged_use<P0, PE, SN>> : std::true_type {};
 
-/// The plan element of a let (expr/let.hpp) in a backward call: pb, the body's plan, whose
-/// kernels for the placeholder's reads target a let_grad G (set where it runs: the let's
-/// buffer gz_, cleared first), then pz, the operand's plan pushed from that buffer.
-template <class PB, class PZ, class G>
+/// The plan element of a let (expr/let.hpp) in a backward call: pb(), the body's plan (the
+/// let's incoming adjoint dom_, v_, m_ pushed through it), whose kernels for the
+/// placeholder's reads add into the let's buffer gz_ (cleared first: their let_grad targets
+/// are held by the placeholders' saved nodes), then pz(), the operand's plan pushed from that
+/// buffer. LN is the bound let node.
+template <class PB, class PZ, class G, class LN = void, class D = void, class V = void, class M = void>
 struct let_use {
-  PB pb_;
-  PZ pz_;
+  LN const* node_;
+  D dom_;
+  V v_;
+  M m_;
   G gz_;
+  constexpr PB pb() const { return let_body_plan(*node_, dom_, v_, m_); }
+  constexpr PZ pz() const { return let_operand_plan(*node_); }
 };
 template <class U>
 struct is_let_use : std::false_type {};
-template <class PB, class PZ, class G>
-struct is_let_use<let_use<PB, PZ, G>> : std::true_type {};
+template <class PB, class PZ, class G, class LN, class D, class V, class M>
+struct is_let_use<let_use<PB, PZ, G, LN, D, V, M>> : std::true_type {};
 
 /// Plan elements that write a workspace buffer first (products, staged uses and lets):
 /// neither a plain, fused nor multi use.
@@ -95,8 +120,8 @@ struct writes_target<G, product_use<P0, PA, PB, SN>>
     : std::bool_constant<writes_target<G, PA>::value || writes_target<G, PB>::value> {};
 template <class G, class P0, class PE, class SN>
 struct writes_target<G, staged_use<P0, PE, SN>> : writes_target<G, PE> {};
-template <class G, class PB, class PZ, class G2>
-struct writes_target<G, let_use<PB, PZ, G2>>
+template <class G, class PB, class PZ, class G2, class LN, class D, class V, class M>
+struct writes_target<G, let_use<PB, PZ, G2, LN, D, V, M>>
     : std::bool_constant<writes_target<G, PB>::value || writes_target<G, PZ>::value> {};
 
 template <class N>
@@ -119,6 +144,8 @@ constexpr bool reaches_param() {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
   } else if constexpr (is_saved_node<N>::value) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>();
+  } else if constexpr (is_node_ref<N>::value) {
+    return reaches_param<typename N::node_type>();
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
            reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();

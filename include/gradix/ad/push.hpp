@@ -30,6 +30,7 @@
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
@@ -277,6 +278,65 @@ constexpr auto group_region(tuple<E...> const& r) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Light copies: what a kernel's value expression keeps of a region
+
+/// Whether N holds a saved node with its subtree, or a bound let with its operand (types
+/// only): what ad::light strips.
+template <class N>
+constexpr bool heavy() {
+  if constexpr (is_saved_node<N>::value) {
+    return !is_node_ref<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>::value;
+  } else if constexpr (is_bound_let_node<N>::value) {
+    return true;
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    return heavy<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
+           heavy<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return heavy<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else {
+    return false;
+  }
+}
+
+template <class N>
+constexpr auto light(N const& n);
+/// ad::light as rebuild's f.
+struct lightening {
+  static constexpr bool drops_marks = false;
+  template <bool U, class C>
+  constexpr auto apply(C const& c) const {
+    return light(c);
+  }
+};
+
+/// n as a backward kernel evaluates it: every saved node a buffer read only (its node a
+/// node_ref: the node and its subtree stay in the expression the plan was built from, and
+/// the push reaches them there), every bound let its bound body and a light operand. The
+/// value is n's, element for element; the size is that of n's nodes down to the first saved
+/// node on each path, so a plan's kernels hold O(1) nodes per region, not the subtrees below
+/// it (a chain of n products made plans of size O(n^2), and the push's frames O(n^3) stack).
+template <class N>
+constexpr auto light(N const& n) {
+  if constexpr (!heavy<N>()) {
+    return n;
+  } else if constexpr (is_saved_node<N>::value) {
+    using K = std::remove_cvref_t<decltype(n.node_)>;
+    using R = saved_node<node_ref<K>, typename N::layout_type>;
+    R r{node_ref<K>{}, n.buf_, n.argmax_};
+    return r;
+  } else if constexpr (is_bound_let_node<N>::value) {
+    using Z = typename N::operand_type;
+    auto z = light(n.z_);
+    auto a = light(n.arg_);
+    return bound_let_node<Z, decltype(z), decltype(a)>{z, a, n.gz_};
+  } else {
+    return gradix::detail::rebuild<true>(n, lightening{});
+  }
+}
+template <class N>
+using light_t = decltype(light(std::declval<N const&>()));
+
 /// The plain value expression of a (possibly pending) adjoint over domain dom. Trailing steps
 /// with constant partials (+, -, casts) are dropped from the path and become a sign, so the
 /// operands of one `+` get the same value expression (and may share a loop: fused_use).
@@ -301,12 +361,21 @@ constexpr auto settle(V const& v, D const& dom) {
       }();
       static_assert(keep > 0, "gradix internal: a pending region starts at a non-constant partial");
       using P2 = typename detail::take_path<P, keep>::type;
-      auto f = mul_v(p.v0_, at_map_node<path_deriv_node<Top, P2>, MTop, D>{{*p.top_}, p.mtop_, dom});
+      auto f = mul_v(p.v0_, at_map_node<path_deriv_node<light_t<Top>, P2>, MTop, D>{{light(*p.top_)}, p.mtop_, dom});
       if constexpr (negative) return neg_v(f);
       else return f;
     }(v);
   }
 }
+
+namespace detail {
+/// A kept segment sum's operand plan from gv, the adjoint of its result read at the identity
+/// (defined at the end, with the plans elements build where they run).
+template <class SN, class GV>
+constexpr auto segment_scatter(SN const& n, GV const& gv);
+template <class X, class T>
+constexpr auto product_operand_plan(X const& x, T const* g);
+}  // namespace detail
 
 // Every overload is declared before the first definition: an elementwise node pushes into its
 // operands by unqualified call, and with a seed (a plain view) and an empty map none of the
@@ -384,7 +453,7 @@ constexpr auto push(unary_node<Op, A> const& n, D const& dom, V const& v, M cons
   } else if constexpr (partial_of_v<N, 0> == partial_kind::plus_one) {  // cast
     return push(n.arg_, dom, v, m);
   } else {  // a region starts here
-    return group_region<N, M>(push(n.arg_, dom, pending<V, N, path<0>, M>{v, &n, m}, m));
+    return group_region<light_t<N>, M>(push(n.arg_, dom, pending<V, N, path<0>, M>{v, &n, m}, m));
   }
 }
 
@@ -439,10 +508,10 @@ constexpr auto push(binary_node<Op, L, R> const& n, D const& dom, V const& v, M 
   } else if constexpr (is_pending<V>::value) {
     // inside a region: its uses so far join one multi_use here, so that the recursion
     // holds one copy of the region per level, not one per use below
-    return group_region<typename pending_traits<V>::top, typename pending_traits<V>::mtop>(
+    return group_region<light_t<typename pending_traits<V>::top>, typename pending_traits<V>::mtop>(
         tuple_cat(left, right));
   } else if constexpr (starts_region) {
-    return group_region<N, M>(tuple_cat(left, right));
+    return group_region<light_t<N>, M>(tuple_cat(left, right));
   } else {
     return tuple_cat(left, right);
   }
@@ -548,9 +617,8 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     if constexpr (kernel_traits<P0>::projected_mask == 0 || !reaches_param_v<N>) {
       return push(n.node_, dom, v, m);
     } else {
-      tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
-      auto pe = push(n.node_, n.shape(), gout, identity_map<S::rank>());
-      return make_tuple(staged_use<P0, decltype(pe), saved_node<N, L>>{P0{dom, v, m, nullptr}, pe, n});
+      using PE = decltype(staged_plan(n));
+      return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
     }
   } else if constexpr (is_matmul_node<N>::value) {
     // a kept product: the adjoint stops here, in a buffer (ad/product.hpp)
@@ -558,19 +626,9 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     using GC = workspace_grad<T, shape_of_t<N>>;
     using SN = saved_node<N, L>;
     using P0 = use<D, V, M, GC>;
-    auto operand = [&](auto const& x, T const* g) {
-      using X = std::remove_cvref_t<decltype(x)>;
-      if constexpr (!reaches_param_v<X>) {
-        return tuple<>{};
-      } else {
-        using SX = shape_of_t<X>;
-        tensor_view<T const, SX, row_major, host_space> gv(g, x.shape());
-        return push(x, x.shape(), gv, identity_map<SX::rank>());
-      }
-    };
-    auto pa = operand(n.node_.lhs_, n.extra_.ga);
-    auto pb = operand(n.node_.rhs_, n.extra_.gb);
-    return make_tuple(product_use<P0, decltype(pa), decltype(pb), SN>{P0{dom, v, m, nullptr}, pa, pb, n});
+    using PA = decltype(product_plan_a(n));
+    using PB = decltype(product_plan_b(n));
+    return make_tuple(product_use<P0, PA, PB, SN>{P0{dom, v, m, nullptr}, &n});
   } else if constexpr (is_segment_sum_node<N>::value) {
     // a kept segment sum: one scatter over its operand's rows, d arg[j, r] = scale[j] *
     // d out[bag_of[j], r], reading the adjoint of the result from a buffer (the adjoint
@@ -583,38 +641,25 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     if constexpr (!reaches_param_v<A> || !detail::differentiable_v<A>) {
       return tuple<>{};
     } else {
-      auto scatter = [&](auto const& gv) {
-        using GV = std::remove_cvref_t<decltype(gv)>;
-        using IV = index_vec<index_t>;
-        using G = index_node<GV, 0, IV>;
-        index_t const len = n.node_.arg_.shape().extent(0);
-        typename G::shape_type gs{};
-        gs.set_extent(0, len);
-        for (std::size_t j = 1; j < R; ++j) gs.set_extent(j, gv.shape().extent(j));
-        G g{gv, IV{n.extra_.bag_of, len, 1}, gs};
-        using SV = tensor_view<T const, shape<dyn>, row_major, host_space>;
-        SV sv(n.extra_.scale, shape<dyn>(dims(len)));
-        auto const& xa = n.node_.arg_;
-        if constexpr (R == 1) {
-          auto val = binary_node<op::mul, G, SV>{g, sv, gs};
-          return push(xa, xa.shape(), val, identity_map<R>());
-        } else {
-          using U = unsqueeze_node<SV, 1>;
-          typename U::shape_type us{};
-          us.set_extent(0, len);
-          auto val = binary_node<op::mul, G, U>{g, U{sv, us}, gs};
-          return push(xa, xa.shape(), val, identity_map<R>());
-        }
-      };
       if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
-        return scatter(v);
+        return detail::segment_scatter(n, v);
       } else {
         using GO = workspace_grad<T, S>;
         using P0 = use<D, V, M, GO>;
-        tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
-        auto pe = scatter(gout);
-        return make_tuple(staged_use<P0, decltype(pe), saved_node<N, L>>{P0{dom, v, m, nullptr}, pe, n});
+        using PE = decltype(staged_plan(n));
+        return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
       }
+    }
+  } else if constexpr (is_var_node<N>::value) {
+    // a let's placeholder: its reads add into the let's buffer, the target its saved node
+    // holds (api/saved.hpp, keep_let)
+    using Z = typename N::operand_type;
+    if constexpr (!detail::differentiable_v<Z> || !reaches_param_v<Z>) {
+      return tuple<>{};
+    } else {
+      using G = let_grad<value_type_t<Z>, shape_of_t<Z>, Z>;
+      auto w = settle(v, dom);
+      return make_tuple(use<D, decltype(w), M, G>{dom, w, m, &n.extra_.g});
     }
   } else {
     return push(n.node_, dom, v, m);
@@ -648,14 +693,13 @@ constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v,
     using T = value_type_t<Z>;
     using S = shape_of_t<Z>;
     using G = let_grad<T, S, Z>;
-    auto pb = push(n.arg_, dom, v, m);
-    if constexpr (!writes_target<G, decltype(pb)>::value) {
-      return pb;  // no gradient reaches the placeholder
+    using PB = decltype(push(n.arg_, dom, v, m));
+    if constexpr (!writes_target<G, PB>::value) {
+      return push(n.arg_, dom, v, m);  // no gradient reaches the placeholder
     } else {
-      auto const& z = n.z_;
-      tensor_view<T const, S, row_major, host_space> gv(n.gz_, z.shape());
-      auto pz = push(z, z.shape(), gv, identity_map<S::rank>());
-      return make_tuple(let_use<decltype(pb), decltype(pz), G>{pb, pz, G(n.gz_, z.shape())});
+      using LN = bound_let_node<Z, Z2, B>;
+      using PZ = decltype(let_operand_plan(n));
+      return make_tuple(let_use<PB, PZ, G, LN, D, V, M>{&n, dom, v, m, G(n.gz_, n.z_.shape())});
     }
   }
 }
@@ -672,6 +716,76 @@ constexpr auto push(matmul_node<A, B> const&, D const&, V const&, M const&) {
                 "gradix internal: a matrix product is planned only through the API's save "
                 "transform (gx::backward_plan_t), which computes it into a buffer first");
   return tuple<>{};
+}
+
+// The plans built where their elements run (ad/product.hpp).
+namespace detail {
+template <class SN, class GV>
+constexpr auto segment_scatter(SN const& n, GV const& gv) {
+  using N = std::remove_cvref_t<decltype(n.node_)>;
+  using T = value_type_t<N>;
+  constexpr std::size_t R = shape_of_t<N>::rank;
+  using IV = index_vec<index_t>;
+  using G = index_node<GV, 0, IV>;
+  index_t const len = n.node_.arg_.shape().extent(0);
+  typename G::shape_type gs{};
+  gs.set_extent(0, len);
+  for (std::size_t j = 1; j < R; ++j) gs.set_extent(j, gv.shape().extent(j));
+  G g{gv, IV{n.extra_.bag_of, len, 1}, gs};
+  using SV = tensor_view<T const, shape<dyn>, row_major, host_space>;
+  SV sv(n.extra_.scale, shape<dyn>(dims(len)));
+  auto const& xa = n.node_.arg_;
+  if constexpr (R == 1) {
+    auto val = binary_node<op::mul, G, SV>{g, sv, gs};
+    return push(xa, xa.shape(), val, identity_map<R>());
+  } else {
+    using U = unsqueeze_node<SV, 1>;
+    typename U::shape_type us{};
+    us.set_extent(0, len);
+    auto val = binary_node<op::mul, G, U>{g, U{sv, us}, gs};
+    return push(xa, xa.shape(), val, identity_map<R>());
+  }
+}
+/// The plan of a product's operand x from its adjoint buffer g (none when no parameter).
+template <class X, class T>
+constexpr auto product_operand_plan(X const& x, T const* g) {
+  if constexpr (!reaches_param_v<X>) {
+    return tuple<>{};
+  } else {
+    using SX = shape_of_t<X>;
+    tensor_view<T const, SX, row_major, host_space> gv(g, x.shape());
+    return push(x, x.shape(), gv, identity_map<SX::rank>());
+  }
+}
+}  // namespace detail
+template <class SN>
+constexpr auto product_plan_a(SN const& n) {
+  return detail::product_operand_plan(n.node_.lhs_, n.extra_.ga);
+}
+template <class SN>
+constexpr auto product_plan_b(SN const& n) {
+  return detail::product_operand_plan(n.node_.rhs_, n.extra_.gb);
+}
+template <class SN>
+constexpr auto staged_plan(SN const& n) {
+  using N = std::remove_cvref_t<decltype(n.node_)>;
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
+  if constexpr (is_segment_sum_node<N>::value) return detail::segment_scatter(n, gout);
+  else return push(n.node_, n.shape(), gout, identity_map<S::rank>());
+}
+template <class LN>
+constexpr auto let_operand_plan(LN const& n) {
+  using Z = typename LN::operand_type;
+  using T = value_type_t<Z>;
+  using S = shape_of_t<Z>;
+  tensor_view<T const, S, row_major, host_space> gv(n.gz_, n.z_.shape());
+  return push(n.z_, n.z_.shape(), gv, identity_map<S::rank>());
+}
+template <class LN, class D, class V, class M>
+constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m) {
+  return push(n.arg_, dom, v, m);
 }
 
 }  // namespace gradix::ad

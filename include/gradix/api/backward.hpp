@@ -42,6 +42,49 @@ constexpr void for_each_use(U& u, F&& f) {
   });
 }
 
+/// Whether N holds a parameter node (types only).
+template <class N>
+constexpr bool holds_param() {
+  if constexpr (is_param_node<N>::value) return true;
+  else if constexpr (is_let_node<N>::value)
+    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>() ||
+           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
+  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
+    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
+           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  else if constexpr (requires(N const& x) { x.arg_; })
+    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  else return false;
+}
+template <class N, class F>
+constexpr N redirect_params(N const& n, F const& f);
+/// redirect_params as rebuild's f.
+template <class F>
+struct redirecting {
+  static constexpr bool drops_marks = false;
+  F const& f;
+  template <bool U, class C>
+  constexpr auto apply(C const& c) const {
+    return redirect_params(c, f);
+  }
+};
+/// n (an expression before the save transform) with every parameter node's gradient target
+/// replaced by f(target) (grad(): the returned storages, or null); the same type.
+template <class N, class F>
+constexpr N redirect_params(N const& n, F const& f) {
+  if constexpr (!holds_param<N>()) {
+    return n;
+  } else if constexpr (is_param_node<N>::value) {
+    N r = n;
+    r.grad_ = f(n.grad_);
+    return r;
+  } else if constexpr (is_let_node<N>::value) {
+    return N{redirect_params(n.z_, f), redirect_params(n.body_, f)};
+  } else {
+    return rebuild<true>(n, redirecting<F>{f});
+  }
+}
+
 /// Number of plain uses in a plan element, and in a plan (for_each_use's).
 template <class Plan>
 struct plan_uses;
@@ -51,8 +94,8 @@ template <class P0, class PA, class PB, class SN>
 inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_uses<PA>::value + plan_uses<PB>::value;
 template <class P0, class PE, class SN>
 inline constexpr std::size_t uses_in_v<ad::staged_use<P0, PE, SN>> = plan_uses<PE>::value;
-template <class PB, class PZ, class G>
-inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, G>> = plan_uses<PB>::value + plan_uses<PZ>::value;
+template <class PB, class PZ, class... R>
+inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, R...>> = plan_uses<PB>::value + plan_uses<PZ>::value;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
 template <int I, class Top, class M, class V0, class... U>
@@ -355,24 +398,27 @@ constexpr auto grad(E const& e_in, P const&... params) {
       detail::fail("gradix::grad: out of memory allocating the returned gradients");
     }
   }();
-  detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
-  auto p = ad::plan(e2);
-  for_each_element(p, [&](auto& pu) { detail::for_each_use(pu, [&](auto& u) {
-    using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
+  // every parameter node of e writes into the returned storage of its parameter, or
+  // nowhere (uses of other parameters are skipped): the plans built where they run (product
+  // operands, lets) see the same targets
+  auto const redirect = [&](auto* g) {
+    using G = std::remove_cvref_t<decltype(*g)>;
     G* redirected = nullptr;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (([&] {
          using GI = std::tuple_element_t<I, std::tuple<typename P::storage_type...>>;
          if constexpr (std::is_same_v<G, GI>) {
            auto const& param = std::get<I>(std::forward_as_tuple(params...));
-           if (u.target_ == &param.grad()) redirected = &std::get<I>(out);
+           if (g == &param.grad()) redirected = &std::get<I>(out);
          }
        }()),
        ...);
     }(std::index_sequence_for<P...>{});
-    u.target_ = redirected;  // uses of other parameters are skipped
-  }); });
-  detail::run_plan(p, "gradix::grad");
+    return redirected;
+  };
+  auto const er = detail::redirect_params(e, redirect);
+  detail::run_with_saved<true>(er, "gradix::grad", [&](auto const& e2) {
+    detail::run_plan(ad::plan(e2), "gradix::grad");
   });
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;

@@ -514,23 +514,29 @@ constexpr auto keep_let(let_node<Z, B> const& n, saved_space& s) {
   auto z2 = with_saved<true>(n.z_, s);
   using Z2 = decltype(z2);
   var_node<Z> const v{n.z_.shape()};
+  // in a backward call, the buffer of the operand's adjoint: every read of the placeholder
+  // adds into it (its saved node holds it as the target of those kernels)
+  T* gz = nullptr;
+  if constexpr (ad::reaches_param_v<Z>)
+    if (s.argmax()) gz = s.template take<T>(std::size_t(n.z_.shape().size()));
   auto rep = [&] {
     if constexpr (is_saved_node<Z2>::value) {
       using R = saved_node<var_node<Z>, typename Z2::layout_type>;
-      return R{v, typename R::buffer_type(z2.buf_)};
+      R r{v, typename R::buffer_type(z2.buf_)};
+      if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
+      return r;
     } else {
       using L = saved_layout_t<Z>;
       using R = saved_node<var_node<Z>, L>;
       using Sp = std::conditional_t<std::is_void_v<space_of_t<Z>>, host_space, space_of_t<Z>>;
       tensor_view<T, S, L, Sp> buf(s.template take<T>(std::size_t(n.z_.shape().size())), n.z_.shape());
       host::assign(buf, z2);
-      return R{v, typename R::buffer_type(buf)};
+      R r{v, typename R::buffer_type(buf)};
+      if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
+      return r;
     }
   }();
   auto b2 = with_saved<Under>(bind_var<Z>(n.body_, rep), s);
-  T* gz = nullptr;
-  if constexpr (ad::reaches_param_v<Z>)
-    if (s.argmax()) gz = s.template take<T>(std::size_t(n.z_.shape().size()));
   return bound_let_node<Z, Z2, decltype(b2)>{z2, b2, gz};
 }
 

@@ -87,8 +87,8 @@ template <class Z, class Z2, class B>
 struct is_bound_let_node<bound_let_node<Z, Z2, B>> : std::true_type {};
 
 /// The target of the kernels that add the adjoint of a let's placeholder (var_node<Z>) into
-/// the let's buffer gz_: a workspace buffer, set where the let's plan element runs (its
-/// kernels hold no target before that: the plan holds copies of nodes, not pointers).
+/// the let's buffer gz_: a workspace buffer, held by each saved node that binds the
+/// placeholder (expr/saved.hpp, let_state); the kernels point at it.
 template <class T, class S, class Z>
 class let_grad : public workspace_grad<T, S> {
  public:

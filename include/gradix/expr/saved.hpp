@@ -16,6 +16,7 @@
 #include "gradix/core/array.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/expr/bag.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -71,6 +72,18 @@ struct saved_extra<reduce_node<Op, A, Mask, Keep>> {
   using N = reduce_node<Op, A, Mask, Keep>;
   using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
 };
+/// A let's placeholder bound to the let's buffer (api/saved.hpp, keep_let): in a backward
+/// call, the let's adjoint buffer as the target of the kernels that add the adjoints of its
+/// reads (ad/push.hpp); null storage otherwise. (mutable: kernels hold a pointer to it in the
+/// call's expression, which is const.)
+template <class T, class S, class Z>
+struct let_state {
+  mutable let_grad<T, S, Z> g;
+};
+template <class Z>
+struct saved_extra<var_node<Z>> {
+  using type = let_state<value_type_t<Z>, shape_of_t<Z>, Z>;
+};
 /// Whether a kept node N has an adjoint buffer of its own (a sum or mean reduction).
 template <class N>
 struct has_reduction_state : std::false_type {};
@@ -99,6 +112,23 @@ struct saved_node {
   [[no_unique_address]] typename saved_extra<N>::type extra_{};
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return buf_.shape(); }
 };
+
+/// The node of a saved_node copied into a backward kernel's value expression (ad::light):
+/// only its type (value, shape, layout, space); the kernel reads the buffer, and the node
+/// with its whole subtree stays in the call's expression, once.
+template <class N>
+struct node_ref {
+  using is_gradix_expression = void;
+  using node_type = N;
+  using value_type = value_type_t<N>;
+  using shape_type = shape_of_t<N>;
+  using layout_type = layout_of_t<N>;
+  using space_type = space_of_t<N>;
+};
+template <class N>
+struct is_node_ref : std::false_type {};
+template <class N>
+struct is_node_ref<node_ref<N>> : std::true_type {};
 
 template <class N>
 struct is_saved_node : std::false_type {};

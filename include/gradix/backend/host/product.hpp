@@ -33,14 +33,14 @@ template <class P0, class PE, class SN>
 void run(ad::staged_use<P0, PE, SN> const& u);
 template <class P0, class PE, class SN>
 constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u);
-template <class PB, class PZ, class G>
-constexpr void prepare(ad::let_use<PB, PZ, G> const& u);
-template <class PB, class PZ, class G>
-std::size_t scratch_bytes(ad::let_use<PB, PZ, G> const& u);
-template <class PB, class PZ, class G>
-void run(ad::let_use<PB, PZ, G> const& u);
-template <class PB, class PZ, class G>
-constexpr void run_serial(ad::let_use<PB, PZ, G> const& u);
+template <class... P>
+constexpr void prepare(ad::let_use<P...> const& u);
+template <class... P>
+std::size_t scratch_bytes(ad::let_use<P...> const& u);
+template <class... P>
+void run(ad::let_use<P...> const& u);
+template <class... P>
+constexpr void run_serial(ad::let_use<P...> const& u);
 
 namespace detail {
 /// Runs plan element e (Serial: the serial path, as in constant evaluation), and every
@@ -65,7 +65,7 @@ constexpr void with_target(P0 const& u0, G const& buf, F&& f) {
 }
 template <class P0, class PA, class PB, class SN, class F>
 constexpr void with_adjoint_target(ad::product_use<P0, PA, PB, SN> const& u, F&& f) {
-  with_target(u.p0_, u.node_.extra_.gc, f);
+  with_target(u.p0_, u.node_->extra_.gc, f);
 }
 /// Clears n elements at p.
 template <bool Serial, class T>
@@ -81,15 +81,15 @@ constexpr void clear(T* p, index_t n) {
 template <class P0, class PA, class PB, class SN>
 constexpr void prepare(ad::product_use<P0, PA, PB, SN> const& u) {
   // (p0 writes a workspace buffer: nothing to reserve or mark)
-  for_each_element(u.pa_, [](auto const& e) { prepare(e); });
-  for_each_element(u.pb_, [](auto const& e) { prepare(e); });
+  for_each_element(u.pa(), [](auto const& e) { prepare(e); });
+  for_each_element(u.pb(), [](auto const& e) { prepare(e); });
 }
 template <class P0, class PA, class PB, class SN>
 std::size_t scratch_bytes(ad::product_use<P0, PA, PB, SN> const& u) {
   std::size_t r = 0;
   detail::with_adjoint_target(u, [&](auto const& p0) { r = scratch_bytes(p0); });
-  for_each_element(u.pa_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
-  for_each_element(u.pb_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  for_each_element(u.pa(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  for_each_element(u.pb(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
   return r;
 }
 
@@ -120,7 +120,7 @@ constexpr void operand_gradient(P const& plan, T* buf, F&& gemm_into) {
 
 template <bool Serial, class P0, class PA, class PB, class SN>
 constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
-  auto const& sn = u.node_;
+  auto const& sn = *u.node_;
   auto const& mm = sn.node_;
   auto const& st = sn.extra_;
   using T = value_type_t<decltype(mm)>;
@@ -136,34 +136,34 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
     constexpr bool own = shape_of_t<A>::rank == 3;
     mat_ref<T> const bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
-    operand_gradient<Serial>(u.pa_, st.ga, [&](T* dst, bool add) { gemm(nb, m, k, n, g, bt, dst, k, own ? m * k : 0, add); });
+    operand_gradient<Serial>(u.pa(), st.ga, [&](T* dst, bool add) { gemm(nb, m, k, n, g, bt, dst, k, own ? m * k : 0, add); });
   }
   if constexpr (!std::is_same_v<PB, tuple<>>) {
     // d B (k x n) = op(A)^T (k x m) d C (m x n)
     constexpr bool own = shape_of_t<B>::rank == 3;
     mat_ref<T> const at{st.a.p, st.a.cs, st.a.rs, st.a.bs};
-    operand_gradient<Serial>(u.pb_, st.gb, [&](T* dst, bool add) { gemm(nb, k, n, m, at, g, dst, n, own ? k * n : 0, add); });
+    operand_gradient<Serial>(u.pb(), st.gb, [&](T* dst, bool add) { gemm(nb, k, n, m, at, g, dst, n, own ? k * n : 0, add); });
   }
 }
 
 template <bool Serial, class P0, class PE, class SN>
 constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
-  auto const& g = u.node_.extra_.gout;
+  auto const& g = u.node_->extra_.gout;
   clear<Serial>(g.data(), g.shape().size());
   with_target(u.p0_, g, [](auto const& p0) { run_element<Serial>(p0); });
-  run_elements<Serial>(u.pe_);
+  run_elements<Serial>(u.pe());
 }
 }  // namespace detail
 
 template <class P0, class PE, class SN>
 constexpr void prepare(ad::staged_use<P0, PE, SN> const& u) {
-  for_each_element(u.pe_, [](auto const& e) { prepare(e); });
+  for_each_element(u.pe(), [](auto const& e) { prepare(e); });
 }
 template <class P0, class PE, class SN>
 std::size_t scratch_bytes(ad::staged_use<P0, PE, SN> const& u) {
   std::size_t r = 0;
-  detail::with_target(u.p0_, u.node_.extra_.gout, [&](auto const& p0) { r = scratch_bytes(p0); });
-  for_each_element(u.pe_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  detail::with_target(u.p0_, u.node_->extra_.gout, [&](auto const& p0) { r = scratch_bytes(p0); });
+  for_each_element(u.pe(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
   return r;
 }
 template <class P0, class PE, class SN>
@@ -175,8 +175,8 @@ constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u) {
   detail::run_staged<true>(u);
 }
 
-// Lets: the body's kernels for the placeholder's reads get the let's buffer as their
-// target, on a copy of the body's plan (the plan itself keeps them without one).
+// Lets: the let's buffer cleared, the body's plan (its kernels for the placeholder's reads
+// add into that buffer), then the operand's plan from it.
 
 namespace detail {
 template <class E>
@@ -184,20 +184,26 @@ struct is_plan : std::false_type {};
 template <class... E>
 struct is_plan<tuple<E...>> : std::true_type {};
 /// Calls f(k) for every kernel k (use, member of a multi use) in plan element or plan e,
-/// through fused pairs and the operand plans of products, staged uses and lets.
+/// through fused pairs and the operand plans of products, staged uses and lets (those built
+/// for the call: f sees copies, and what it changes in them is not kept).
 template <class E, class F>
 constexpr void for_each_kernel(E& e, F&& f) {
   using U = std::remove_cv_t<E>;
   if constexpr (is_plan<U>::value) {
     for_each_element(e, [&](auto& x) { for_each_kernel(x, f); });
   } else if constexpr (ad::is_product<U>::value) {
-    for_each_kernel(e.pa_, f);
-    for_each_kernel(e.pb_, f);
+    auto pa = e.pa();
+    auto pb = e.pb();
+    for_each_kernel(pa, f);
+    for_each_kernel(pb, f);
   } else if constexpr (ad::is_staged<U>::value) {
-    for_each_kernel(e.pe_, f);
+    auto pe = e.pe();
+    for_each_kernel(pe, f);
   } else if constexpr (ad::is_let_use<U>::value) {
-    for_each_kernel(e.pb_, f);
-    for_each_kernel(e.pz_, f);
+    auto pb = e.pb();
+    auto pz = e.pz();
+    for_each_kernel(pb, f);
+    for_each_kernel(pz, f);
   } else if constexpr (ad::is_fused<U>::value) {
     f(e.first_);
     f(e.second_);
@@ -207,47 +213,35 @@ constexpr void for_each_kernel(E& e, F&& f) {
     f(e);
   }
 }
-/// A copy of u's body plan whose kernels for the placeholder target g.
-template <class PB, class PZ, class G>
-constexpr PB bound_body(ad::let_use<PB, PZ, G> const& u, G* g) {
-  PB pb = u.pb_;
-  for_each_kernel(pb, [&](auto& k) {
-    if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(k)>::storage_type, G>) k.target_ = g;
-  });
-  return pb;
-}
-template <bool Serial, class PB, class PZ, class G>
-constexpr void run_let(ad::let_use<PB, PZ, G> const& u) {
-  G g = u.gz_;
+template <bool Serial, class... P>
+constexpr void run_let(ad::let_use<P...> const& u) {
+  auto const& g = u.gz_;
   clear<Serial>(g.data(), g.shape().size());  // the operand's adjoint: cleared, then added into
-  PB const pb = bound_body(u, &g);
-  run_elements<Serial>(pb);
-  run_elements<Serial>(u.pz_);
+  run_elements<Serial>(u.pb());
+  run_elements<Serial>(u.pz());
 }
 }  // namespace detail
 
-template <class PB, class PZ, class G>
-constexpr void prepare(ad::let_use<PB, PZ, G> const& u) {
-  // (the placeholder's kernels write the let's buffer: nothing to reserve or mark; they have
-  // no target here, and prepare skips them)
-  for_each_element(u.pb_, [](auto const& e) { prepare(e); });
-  for_each_element(u.pz_, [](auto const& e) { prepare(e); });
+template <class... P>
+constexpr void prepare(ad::let_use<P...> const& u) {
+  // (the placeholder's kernels write the let's buffer: a workspace buffer, nothing to
+  // reserve or mark)
+  for_each_element(u.pb(), [](auto const& e) { prepare(e); });
+  for_each_element(u.pz(), [](auto const& e) { prepare(e); });
 }
-template <class PB, class PZ, class G>
-std::size_t scratch_bytes(ad::let_use<PB, PZ, G> const& u) {
-  G g = u.gz_;
-  PB const pb = detail::bound_body(u, &g);
+template <class... P>
+std::size_t scratch_bytes(ad::let_use<P...> const& u) {
   std::size_t r = 0;
-  for_each_element(pb, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
-  for_each_element(u.pz_, [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  for_each_element(u.pb(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  for_each_element(u.pz(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
   return r;
 }
-template <class PB, class PZ, class G>
-void run(ad::let_use<PB, PZ, G> const& u) {
+template <class... P>
+void run(ad::let_use<P...> const& u) {
   detail::run_let<false>(u);
 }
-template <class PB, class PZ, class G>
-constexpr void run_serial(ad::let_use<PB, PZ, G> const& u) {
+template <class... P>
+constexpr void run_serial(ad::let_use<P...> const& u) {
   detail::run_let<true>(u);
 }
 
