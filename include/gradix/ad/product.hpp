@@ -143,7 +143,7 @@ constexpr bool reaches_param() {
   } else if constexpr (is_let_node<N>::value) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
   } else if constexpr (is_saved_node<N>::value) {
-    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>();
+    return reaches_param<typename N::node_type>();
   } else if constexpr (is_node_ref<N>::value) {
     return reaches_param<typename N::node_type>();
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {

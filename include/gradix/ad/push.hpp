@@ -39,6 +39,33 @@
 #include <tuple>
 #include <type_traits>
 
+namespace gradix::detail {
+/// The gradient targets of a grad() call running on this thread (api/backward.hpp): a
+/// parameter's storage from[k] is written as to[k]; any other parameter is not written.
+struct grad_redirect {
+  void const* const* from;
+  void* const* to;
+  std::size_t n;
+};
+[[gnu::noinline]] inline grad_redirect const*& current_grad_redirect() {
+  thread_local grad_redirect const* r = nullptr;
+  return r;
+}
+/// The storage a use of the parameter whose gradient is g writes: g itself, or in a grad()
+/// call its returned storage (null for the parameters it does not want). Plans are built
+/// where they run (ad/product.hpp), so grad() redirects where uses are made, on the
+/// calling thread. (In constant evaluation grad() rewrites the expression instead.)
+template <class G>
+constexpr G* redirect_target(G* g) {
+  if (std::is_constant_evaluated()) return g;
+  grad_redirect const* r = current_grad_redirect();
+  if (!r) return g;
+  for (std::size_t k = 0; k < r->n; ++k)
+    if (r->from[k] == static_cast<void const*>(g)) return static_cast<G*>(r->to[k]);
+  return nullptr;
+}
+}  // namespace gradix::detail
+
 namespace gradix::ad {
 
 namespace detail {
@@ -286,7 +313,7 @@ constexpr auto group_region(tuple<E...> const& r) {
 template <class N>
 constexpr bool heavy() {
   if constexpr (is_saved_node<N>::value) {
-    return !is_node_ref<std::remove_cvref_t<decltype(std::declval<N const&>().node_)>>::value;
+    return !is_node_ref<typename N::node_type>::value;
   } else if constexpr (is_bound_let_node<N>::value) {
     return true;
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
@@ -321,9 +348,9 @@ constexpr auto light(N const& n) {
   if constexpr (!heavy<N>()) {
     return n;
   } else if constexpr (is_saved_node<N>::value) {
-    using K = std::remove_cvref_t<decltype(n.node_)>;
+    using K = typename N::node_type;
     using R = saved_node<node_ref<K>, typename N::layout_type>;
-    R r{node_ref<K>{}, n.buf_, n.argmax_};
+    R r{nullptr, n.buf_, n.argmax_};
     return r;
   } else if constexpr (is_bound_let_node<N>::value) {
     using Z = typename N::operand_type;
@@ -436,7 +463,7 @@ constexpr auto push(param_node<View, G> const& p, D const& dom, V const& v, M co
   if constexpr (!std::is_floating_point_v<typename View::value_type>) return tuple<>{};
   else {
     auto w = settle(v, dom);
-    return make_tuple(use<D, decltype(w), M, G>{dom, w, m, p.grad_});
+    return make_tuple(use<D, decltype(w), M, G>{dom, w, m, gradix::detail::redirect_target(p.grad_)});
   }
 }
 
@@ -594,14 +621,14 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     return push(n, dom, settle(v, dom), m);
   } else if constexpr (needs_argmax<N>::value) {
     // a kept max: the reduced axes map to the arg-max read from its buffer (no rescan)
-    using A = std::remove_cvref_t<decltype(n.node_.arg_)>;
+    using A = std::remove_cvref_t<decltype(n.node().arg_)>;
     if constexpr (!detail::differentiable_v<A>) {
       return tuple<>{};
     } else {
       constexpr std::size_t RO = shape_of_t<N>::rank;
-      return push(n.node_.arg_, dom, v,
+      return push(n.node().arg_, dom, v,
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
-                      n.argmax_, n.node_.shape().extents(), m));
+                      n.argmax_, n.node().shape().extents(), m));
     }
   } else if constexpr (stages_reduction_v<N>) {
     // a kept sum or mean whose adjoint arrives through a broadcast (the map projects some
@@ -615,7 +642,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     using GO = workspace_grad<T, S>;
     using P0 = use<D, V, M, GO>;
     if constexpr (kernel_traits<P0>::projected_mask == 0 || !reaches_param_v<N>) {
-      return push(n.node_, dom, v, m);
+      return push(n.node(), dom, v, m);
     } else {
       using PE = decltype(staged_plan(n));
       return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
@@ -634,7 +661,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     // d out[bag_of[j], r], reading the adjoint of the result from a buffer (the adjoint
     // itself when it is a view read at the identity, else the node's workspace buffer,
     // written first: a staged_use)
-    using A = std::remove_cvref_t<decltype(n.node_.arg_)>;
+    using A = std::remove_cvref_t<decltype(n.node().arg_)>;
     using T = value_type_t<N>;
     using S = shape_of_t<N>;
     constexpr std::size_t R = S::rank;
@@ -662,7 +689,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
       return make_tuple(use<D, decltype(w), M, G>{dom, w, m, &n.extra_.g});
     }
   } else {
-    return push(n.node_, dom, v, m);
+    return push(n.node(), dom, v, m);
   }
 }
 template <class A, class I, class D, class V, class M>
@@ -722,19 +749,19 @@ constexpr auto push(matmul_node<A, B> const&, D const&, V const&, M const&) {
 namespace detail {
 template <class SN, class GV>
 constexpr auto segment_scatter(SN const& n, GV const& gv) {
-  using N = std::remove_cvref_t<decltype(n.node_)>;
+  using N = typename SN::node_type;
   using T = value_type_t<N>;
   constexpr std::size_t R = shape_of_t<N>::rank;
   using IV = index_vec<index_t>;
   using G = index_node<GV, 0, IV>;
-  index_t const len = n.node_.arg_.shape().extent(0);
+  index_t const len = n.node().arg_.shape().extent(0);
   typename G::shape_type gs{};
   gs.set_extent(0, len);
   for (std::size_t j = 1; j < R; ++j) gs.set_extent(j, gv.shape().extent(j));
   G g{gv, IV{n.extra_.bag_of, len, 1}, gs};
   using SV = tensor_view<T const, shape<dyn>, row_major, host_space>;
   SV sv(n.extra_.scale, shape<dyn>(dims(len)));
-  auto const& xa = n.node_.arg_;
+  auto const& xa = n.node().arg_;
   if constexpr (R == 1) {
     auto val = binary_node<op::mul, G, SV>{g, sv, gs};
     return push(xa, xa.shape(), val, identity_map<R>());
@@ -760,20 +787,20 @@ constexpr auto product_operand_plan(X const& x, T const* g) {
 }  // namespace detail
 template <class SN>
 constexpr auto product_plan_a(SN const& n) {
-  return detail::product_operand_plan(n.node_.lhs_, n.extra_.ga);
+  return detail::product_operand_plan(n.node().lhs_, n.extra_.ga);
 }
 template <class SN>
 constexpr auto product_plan_b(SN const& n) {
-  return detail::product_operand_plan(n.node_.rhs_, n.extra_.gb);
+  return detail::product_operand_plan(n.node().rhs_, n.extra_.gb);
 }
 template <class SN>
 constexpr auto staged_plan(SN const& n) {
-  using N = std::remove_cvref_t<decltype(n.node_)>;
+  using N = typename SN::node_type;
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
   tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
   if constexpr (is_segment_sum_node<N>::value) return detail::segment_scatter(n, gout);
-  else return push(n.node_, n.shape(), gout, identity_map<S::rank>());
+  else return push(n.node(), n.shape(), gout, identity_map<S::rank>());
 }
 template <class LN>
 constexpr auto let_operand_plan(LN const& n) {

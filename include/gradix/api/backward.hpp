@@ -416,10 +416,29 @@ constexpr auto grad(E const& e_in, P const&... params) {
     }(std::index_sequence_for<P...>{});
     return redirected;
   };
-  auto const er = detail::redirect_params(e, redirect);
-  detail::run_with_saved<true>(er, "gradix::grad", [&](auto const& e2) {
-    detail::run_plan(ad::plan(e2), "gradix::grad");
-  });
+  if (std::is_constant_evaluated()) {
+    auto const er = detail::redirect_params(e, redirect);
+    detail::run_with_saved<true>(er, "gradix::grad", [&](auto const& e2) {
+      detail::run_plan(ad::plan(e2), "gradix::grad");
+    });
+  } else {
+    // at run time the uses are redirected where they are made (ad::push of a parameter,
+    // detail::redirect_target), on this thread, for the duration of the call
+    void const* from[sizeof...(P)] = {static_cast<void const*>(&params.grad())...};
+    void* to[sizeof...(P)] = {};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((to[I] = static_cast<void*>(&std::get<I>(out))), ...);
+    }(std::index_sequence_for<P...>{});
+    detail::grad_redirect const ctx{from, to, sizeof...(P)};
+    struct scope {
+      detail::grad_redirect const* saved;
+      ~scope() { detail::current_grad_redirect() = saved; }
+    } const restore{detail::current_grad_redirect()};
+    detail::current_grad_redirect() = &ctx;
+    detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
+      detail::run_plan(ad::plan(e2), "gradix::grad");
+    });
+  }
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;
   }

@@ -83,6 +83,69 @@ struct saved_workspace {
   return w;
 }
 
+/// A thread's store for the nodes the save transform keeps (saved_node::node_ points at
+/// them): chunks that only grow and never move, used as a stack by the calls of that thread
+/// (a call takes from its mark and gives back to it when it ends), so that a warm call
+/// allocates nothing. Its size is not known before the transform runs (a kept node's type
+/// is the transformed one), hence chunks rather than the workspace's one reservation.
+struct node_arena {
+  struct chunk {
+    std::byte* p;
+    std::size_t cap;
+  };
+  struct mark {
+    std::size_t ci, off;
+  };
+  chunk* chunks_ = nullptr;
+  std::size_t n_ = 0, cap_ = 0;  // chunks held, and room for that many
+  std::size_t ci_ = 0, off_ = 0;  // where the next node goes
+  node_arena() = default;
+  node_arena(node_arena const&) = delete;
+  node_arena& operator=(node_arena const&) = delete;
+  ~node_arena() {
+    for (std::size_t k = 0; k < n_; ++k) ::operator delete(chunks_[k].p, std::align_val_t{64});
+    ::operator delete(chunks_);
+  }
+  mark here() const { return {ci_, off_}; }
+  void back_to(mark m) {
+    ci_ = m.ci;
+    off_ = m.off;
+  }
+  /// b bytes (a multiple of 16) that stay put until the mark before them is given back;
+  /// std::bad_alloc when a chunk cannot be had.
+  void* take(std::size_t b) {
+    // the current chunk, then the chunks after it (held from earlier calls), then a new one
+    while (ci_ < n_) {
+      if (off_ + b <= chunks_[ci_].cap) {
+        void* p = chunks_[ci_].p + off_;
+        off_ += b;
+        return p;
+      }
+      if (ci_ + 1 >= n_) break;
+      ++ci_;
+      off_ = 0;
+    }
+    std::size_t want = n_ ? 2 * chunks_[n_ - 1].cap : std::size_t(64) << 10;  // at least 64 KiB
+    if (want < b) want = b;
+    if (n_ == cap_) {
+      std::size_t const nc = cap_ ? 2 * cap_ : 8;
+      auto* q = static_cast<chunk*>(::operator new(nc * sizeof(chunk)));
+      for (std::size_t k = 0; k < n_; ++k) q[k] = chunks_[k];
+      ::operator delete(chunks_);
+      chunks_ = q;
+      cap_ = nc;
+    }
+    chunks_[n_] = chunk{static_cast<std::byte*>(::operator new(want, std::align_val_t{64})), want};
+    ci_ = n_++;
+    off_ = b;
+    return chunks_[ci_].p;
+  }
+};
+[[gnu::noinline]] inline node_arena& thread_node_arena() {
+  thread_local node_arena a;
+  return a;
+}
+
 /// The buffers of one call: typed arrays carved from the thread's workspace (or, in
 /// constant evaluation and for a call nested in another on the same thread, allocated for
 /// this call alone), handed out in order by take<T>(n).
@@ -132,6 +195,7 @@ class saved_space {
   void release() {
     if (ws_) ws_->top_ = 0;
     if (heap_) ::operator delete(heap_, std::align_val_t{64});
+    if (arena_) arena_->back_to(mark_);
   }
   saved_space(saved_space const&) = delete;
   saved_space& operator=(saved_space const&) = delete;
@@ -141,9 +205,34 @@ class saved_space {
       delete[] d_;
       delete[] l_;
       delete[] i_;
+      while (nodes_) {
+        node_holder_base* next = nodes_->next;
+        delete nodes_;
+        nodes_ = next;
+      }
       return;
     }
     release();
+  }
+  /// A copy of node r kept for the call (a saved node points at it): in the thread's node
+  /// arena at run time (nodes are plain data, trivially destructible; given back when the
+  /// call ends), in a holder of its own in constant evaluation.
+  template <class R>
+  constexpr R const* keep_node(R const& r) {
+    if (std::is_constant_evaluated()) {
+      auto* h = new node_holder<R>(r);
+      h->next = nodes_;
+      nodes_ = h;
+      return &h->value;
+    } else {
+      static_assert(std::is_trivially_destructible_v<R> && alignof(R) <= 16, "gradix internal: a kept node is plain data");
+      if (!arena_) {
+        arena_ = &thread_node_arena();
+        mark_ = arena_->here();
+      }
+      void* p = arena_->take((sizeof(R) + 15) / 16 * 16);
+      return ::new (p) R(r);
+    }
   }
   /// Whether kept max reductions keep their arg-max (a backward call).
   constexpr bool argmax() const { return z_.argmax; }
@@ -163,6 +252,20 @@ class saved_space {
   long double* l_ = nullptr;
   index_t* i_ = nullptr;
   std::size_t uf_ = 0, ud_ = 0, ul_ = 0, ui_ = 0;
+  node_arena* arena_ = nullptr;  // (run time) the thread's, from mark_ on
+  node_arena::mark mark_{};
+  // constant evaluation: the kept nodes, each in a holder of its own
+  struct node_holder_base {
+    node_holder_base* next = nullptr;
+    constexpr virtual ~node_holder_base() = default;
+  };
+  template <class R>
+  struct node_holder : node_holder_base {
+    R value;
+    constexpr explicit node_holder(R const& r) : value(r) {}
+    constexpr ~node_holder() override {}  // (declared: g++ 12 rejects the implicit one in constant evaluation)
+  };
+  node_holder_base* nodes_ = nullptr;
   bool own_ = false;
   saved_workspace* ws_ = nullptr;
   std::byte* heap_ = nullptr;
@@ -297,7 +400,7 @@ constexpr auto keep_product(N const& n, saved_space& s) {
   T* c = s.template take<T>(std::size_t(n.shape().size()));
   auto const o = compute_product(n, s, c);
   using R = saved_node<N, L>;
-  R r{n, typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
   r.extra_.a = o.a;
   r.extra_.b = o.b;
   if (s.argmax()) {
@@ -417,7 +520,7 @@ constexpr auto keep_segments(N const& n, saved_space& s) {
   T* c = s.template take<T>(std::size_t(n.shape().size()));
   segment_values(n, c);
   using R = saved_node<N, L>;
-  R r{n, typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
   if (!s.argmax()) return r;
   index_t const len = n.arg_.shape().extent(0), nb = n.shape().extent(0);
   index_t* bag = s.template take<index_t>(std::size_t(len));
@@ -450,7 +553,7 @@ constexpr auto keep_value_assigned(N const& n, saved_space& s) {
   tensor_view<T, S, L, Sp> buf(p, n.shape());
   host::assign(buf, n);
   using R = saved_node<N, L>;
-  R r{n, typename R::buffer_type(buf)};
+  R r{s.keep_node(n), typename R::buffer_type(buf)};
   if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {
     if (s.argmax())
       r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
@@ -522,7 +625,7 @@ constexpr auto keep_let(let_node<Z, B> const& n, saved_space& s) {
   auto rep = [&] {
     if constexpr (is_saved_node<Z2>::value) {
       using R = saved_node<var_node<Z>, typename Z2::layout_type>;
-      R r{v, typename R::buffer_type(z2.buf_)};
+      R r{s.keep_node(v), typename R::buffer_type(z2.buf_)};
       if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
       return r;
     } else {
@@ -531,7 +634,7 @@ constexpr auto keep_let(let_node<Z, B> const& n, saved_space& s) {
       using Sp = std::conditional_t<std::is_void_v<space_of_t<Z>>, host_space, space_of_t<Z>>;
       tensor_view<T, S, L, Sp> buf(s.template take<T>(std::size_t(n.z_.shape().size())), n.z_.shape());
       host::assign(buf, z2);
-      R r{v, typename R::buffer_type(buf)};
+      R r{s.keep_node(v), typename R::buffer_type(buf)};
       if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
       return r;
     }

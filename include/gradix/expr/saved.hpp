@@ -92,18 +92,22 @@ struct has_reduction_state<reduction_state<T, S>> : std::true_type {};
 template <class N>
 inline constexpr bool stages_reduction_v = has_reduction_state<typename saved_extra<N>::type>::value;
 
-/// N's value, read from a buffer (buf_) filled before the expression runs; node_ is N itself,
-/// through which backward pushes adjoints.
+/// N's value, read from a buffer (buf_) filled before the expression runs; node_ points at N
+/// itself (kept by the call that made the saved node: api/saved.hpp, saved_space::keep_node),
+/// through which backward pushes adjoints. By pointer: held by value, each saved node would
+/// copy the whole subtree below it, and a chain of n kept values (an unrolled recurrence)
+/// would make the transform's frames O(n^2) bytes of stack.
 template <class N, class L>
 struct saved_node {
   using is_gradix_expression = void;
+  using node_type = N;
   using value_type = value_type_t<N>;
   using shape_type = shape_of_t<N>;
   using layout_type = L;
   using space_type = space_of_t<N>;
   using buffer_type = tensor_view<value_type const, shape_type, L,
                                   std::conditional_t<std::is_void_v<space_type>, host_space, space_type>>;
-  N node_;
+  N const* node_ = nullptr;
   buffer_type buf_;
   /// A max reduction's arg-max, when N is one: per output element (row-major order), the
   /// operand coordinate along each reduced axis (in axis order) of its first arg-max.
@@ -111,6 +115,7 @@ struct saved_node {
   /// A matrix product's operands and backward buffers (saved_extra).
   [[no_unique_address]] typename saved_extra<N>::type extra_{};
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return buf_.shape(); }
+  constexpr N const& node() const { return *node_; }
 };
 
 /// The node of a saved_node copied into a backward kernel's value expression (ad::light):

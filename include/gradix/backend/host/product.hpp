@@ -121,7 +121,7 @@ constexpr void operand_gradient(P const& plan, T* buf, F&& gemm_into) {
 template <bool Serial, class P0, class PA, class PB, class SN>
 constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = *u.node_;
-  auto const& mm = sn.node_;
+  auto const& mm = sn.node();
   auto const& st = sn.extra_;
   using T = value_type_t<decltype(mm)>;
   using A = std::remove_cvref_t<decltype(mm.lhs_)>;
