@@ -686,7 +686,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     } else {
       using G = let_grad<value_type_t<Z>, shape_of_t<Z>, Z>;
       auto w = settle(v, dom);
-      return make_tuple(use<D, decltype(w), M, G>{dom, w, m, &n.extra_.g});
+      return make_tuple(use<D, decltype(w), M, G>{dom, w, m, const_cast<G*>(&n.extra_.g)});  // (written through)
     }
   } else {
     return push(n.node(), dom, v, m);

@@ -85,6 +85,19 @@ constexpr N redirect_params(N const& n, F const& f) {
   }
 }
 
+/// Runs f with ctx as this thread's grad() redirection (restored after, also on an
+/// exception). Run time only: out of grad(), which is constexpr (g++ 12 rejects a local
+/// with a destructor there even on the branch constant evaluation does not take).
+template <class F>
+void with_grad_redirect(grad_redirect const& ctx, F&& f) {
+  struct scope {
+    grad_redirect const* saved;
+    ~scope() { current_grad_redirect() = saved; }
+  } const restore{current_grad_redirect()};
+  current_grad_redirect() = &ctx;
+  f();
+}
+
 /// Number of plain uses in a plan element, and in a plan (for_each_use's).
 template <class Plan>
 struct plan_uses;
@@ -429,14 +442,10 @@ constexpr auto grad(E const& e_in, P const&... params) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((to[I] = static_cast<void*>(&std::get<I>(out))), ...);
     }(std::index_sequence_for<P...>{});
-    detail::grad_redirect const ctx{from, to, sizeof...(P)};
-    struct scope {
-      detail::grad_redirect const* saved;
-      ~scope() { detail::current_grad_redirect() = saved; }
-    } const restore{detail::current_grad_redirect()};
-    detail::current_grad_redirect() = &ctx;
-    detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
-      detail::run_plan(ad::plan(e2), "gradix::grad");
+    detail::with_grad_redirect(detail::grad_redirect{from, to, sizeof...(P)}, [&] {
+      detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
+        detail::run_plan(ad::plan(e2), "gradix::grad");
+      });
     });
   }
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));

@@ -74,11 +74,11 @@ struct saved_extra<reduce_node<Op, A, Mask, Keep>> {
 };
 /// A let's placeholder bound to the let's buffer (api/saved.hpp, keep_let): in a backward
 /// call, the let's adjoint buffer as the target of the kernels that add the adjoints of its
-/// reads (ad/push.hpp); null storage otherwise. (mutable: kernels hold a pointer to it in the
-/// call's expression, which is const.)
+/// reads (ad/push.hpp); null storage otherwise. (The kernels point at it in the call's
+/// expression, which is const; they write through its data pointer, never the object.)
 template <class T, class S, class Z>
 struct let_state {
-  mutable let_grad<T, S, Z> g;
+  let_grad<T, S, Z> g;
 };
 template <class Z>
 struct saved_extra<var_node<Z>> {
