@@ -56,6 +56,27 @@ constexpr bool holds_param() {
     return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
   else return false;
 }
+/// The number of nodes of N (types only; memoized per type).
+template <class N>
+constexpr std::size_t count_nodes();
+template <class N>
+inline constexpr std::size_t node_count_v = count_nodes<std::remove_cvref_t<N>>();
+template <class N>
+constexpr std::size_t count_nodes() {
+  if constexpr (is_let_node<N>::value)
+    return 1 + node_count_v<decltype(std::declval<N const&>().z_)> + node_count_v<decltype(std::declval<N const&>().body_)>;
+  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
+    return 1 + node_count_v<decltype(std::declval<N const&>().lhs_)> + node_count_v<decltype(std::declval<N const&>().rhs_)>;
+  else if constexpr (requires(N const& x) { x.arg_; })
+    return 1 + node_count_v<decltype(std::declval<N const&>().arg_)>;
+  else
+    return 1;
+}
+/// grad() in constant evaluation rewrites the expression's parameter nodes
+/// (redirect_params), a recursion as deep as the expression: instantiated only for
+/// expressions of at most this many nodes (deeper ones exhaust the compiler's stack; a
+/// larger one is a gradix::error in constant evaluation, and run time is not affected).
+inline constexpr std::size_t constexpr_grad_nodes = 256;
 template <class N, class F>
 constexpr N redirect_params(N const& n, F const& f);
 /// redirect_params as rebuild's f.
@@ -430,10 +451,15 @@ constexpr auto grad(E const& e_in, P const&... params) {
     return redirected;
   };
   if (std::is_constant_evaluated()) {
-    auto const er = detail::redirect_params(e, redirect);
-    detail::run_with_saved<true>(er, "gradix::grad", [&](auto const& e2) {
-      detail::run_plan(ad::plan(e2), "gradix::grad");
-    });
+    if constexpr (detail::node_count_v<decltype(e)> <= detail::constexpr_grad_nodes) {
+      auto const er = detail::redirect_params(e, redirect);
+      detail::run_with_saved<true>(er, "gradix::grad", [&](auto const& e2) {
+        detail::run_plan(ad::plan(e2), "gradix::grad");
+      });
+    } else {
+      detail::fail("gradix::grad: in constant evaluation, an expression of at most ",
+                   detail::constexpr_grad_nodes, " nodes (this one has ", detail::node_count_v<decltype(e)>, ")");
+    }
   } else {
     // at run time the uses are redirected where they are made (ad::push of a parameter,
     // detail::redirect_target), on this thread, for the duration of the call
