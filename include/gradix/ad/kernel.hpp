@@ -16,6 +16,7 @@
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/take.hpp"
+#include "gradix/expr/concat.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <cstdint>
@@ -375,6 +376,9 @@ struct eval_cost<segment_sum_node<A, I>> : std::integral_constant<std::size_t, 1
 template <class A, class B>
 struct eval_cost<matmul_node<A, B>>
     : std::integral_constant<std::size_t, 1 + reduction_weight * (eval_cost<A>::value + eval_cost<B>::value)> {};
+template <class A, class B, std::size_t Axis>
+struct eval_cost<concat_node<A, B, Axis>>
+    : std::integral_constant<std::size_t, 1 + (eval_cost<A>::value > eval_cost<B>::value ? eval_cost<A>::value : eval_cost<B>::value)> {};
 template <class V>
 inline constexpr std::size_t eval_cost_v = eval_cost<V>::value;
 

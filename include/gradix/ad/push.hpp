@@ -28,8 +28,10 @@
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/bag.hpp"
+#include "gradix/expr/concat.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/pattern.hpp"
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
@@ -434,6 +436,8 @@ template <class A, class B, class D, class V, class M>
 constexpr auto push(matmul_node<A, B> const& n, D const& dom, V const& v, M const& m);
 template <class A, class I, class D, class V, class M>
 constexpr auto push(segment_sum_node<A, I> const& n, D const& dom, V const& v, M const& m);
+template <class A, class B, std::size_t Axis, class D, class V, class M>
+constexpr auto push(concat_node<A, B, Axis> const& n, D const& dom, V const& v, M const& m);
 template <class Z, class Z2, class B, class D, class V, class M>
 constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m);
 template <class Z, class D, class V, class M>
@@ -453,6 +457,10 @@ constexpr tuple<> push(tensor_view<T, S, L, Sp> const&, D const&, V const&, M co
 template <class T, class D, class V, class M>
 constexpr tuple<> push(scalar_node<T> const&, D const&, V const&, M const&) {
   return {};
+}
+template <class T, class S, class F, class D, class V, class M>
+constexpr tuple<> push(pattern_node<T, S, F> const&, D const&, V const&, M const&) {
+  return {};  // a constant
 }
 template <class A, class D, class V, class M>
 constexpr tuple<> push(detach_node<A> const&, D const&, V const&, M const&) {
@@ -630,6 +638,21 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node().shape().extents(), m));
     }
+  } else if constexpr (is_concat_node<N>::value) {
+    // a kept concat: each operand reads its block of the adjoint, which must be a buffer of
+    // the concat's shape read at the identity: the adjoint itself when it is one (a
+    // product's gc), else the node's own buffer, written first (a staged_use)
+    constexpr std::size_t R = shape_of_t<N>::rank;
+    if constexpr (!reaches_param_v<N>) {
+      return tuple<>{};
+    } else if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
+      return push(n.node(), dom, v, m);
+    } else {
+      using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;
+      using P0 = use<D, V, M, GO>;
+      using PE = decltype(staged_plan(n));
+      return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
+    }
   } else if constexpr (stages_reduction_v<N>) {
     // a kept sum or mean whose adjoint arrives through a broadcast (the map projects some
     // domain axis: `x - mean<2>(x, keep_dims)`): pushed on as it is, the reduction would grow
@@ -690,6 +713,31 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     }
   } else {
     return push(n.node(), dom, v, m);
+  }
+}
+/// A concat, its adjoint a view g of its shape read at the identity (a kept concat's push
+/// makes sure of it): each operand gets its block of g, a strided view, at the identity.
+template <class A, class B, std::size_t Axis, class D, class V, class M>
+constexpr auto push(concat_node<A, B, Axis> const& n, D const&, V const& g, M const&) {
+  constexpr std::size_t R = shape_of_t<concat_node<A, B, Axis>>::rank;
+  static_assert(is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>,
+                "gradix internal: a concat is planned only through the API's save transform "
+                "(gx::backward_plan_t), which keeps it and reads its adjoint from a buffer");
+  if constexpr (is_view_v<V>) {
+    auto block = [&](auto const& x, index_t start) {
+      using X = std::remove_cvref_t<decltype(x)>;
+      if constexpr (!reaches_param_v<X> || !detail::differentiable_v<X>) {
+        return tuple<>{};
+      } else {
+        using SX = shape_of_t<X>;
+        tensor_view<typename V::element_type, SX, strided, space_of_t<V>> b(g.data_ + start * g.strides_[Axis],
+                                                                           x.shape(), g.strides_);
+        return push(x, x.shape(), b, identity_map<SX::rank>());
+      }
+    };
+    return tuple_cat(block(n.lhs_, 0), block(n.rhs_, n.split()));
+  } else {
+    return tuple<>{};
   }
 }
 template <class A, class I, class D, class V, class M>

@@ -152,6 +152,14 @@ template <class T, class P, class S>
 struct node_label_of<one_hot_node<T, P, S>> {
   static constexpr char const* get() { return "one_hot"; }
 };
+template <class L, class R, std::size_t Axis>
+struct node_label_of<concat_node<L, R, Axis>> {
+  static constexpr char const* get() { return "concat"; }
+};
+template <class T, class S, class F>
+struct node_label_of<pattern_node<T, S, F>> {
+  static constexpr char const* get() { return "pattern"; }
+};
 template <class A, std::size_t Axis>
 struct node_label_of<argmax_node<A, Axis>> {
   static constexpr char const* get() { return "argmax"; }
@@ -202,6 +210,10 @@ template <class A, class P, std::size_t Axis>
 struct rearranges<take_along_node<A, P, Axis>> : std::true_type {};
 template <class T, class P, class S>
 struct rearranges<one_hot_node<T, P, S>> : std::true_type {};  // 0 and 1 only
+template <class L, class R, std::size_t Axis>
+struct rearranges<concat_node<L, R, Axis>> : std::true_type {};
+template <class T, class S, class F>
+struct rearranges<pattern_node<T, S, F>> : std::true_type {};  // a mask: 0, 1 or dropout's scale
 
 /// The value of node n at coordinate c, as its evaluator computes it. Elementwise nodes get
 /// one function per node type that calls their operands' (never inlined), so naming the node

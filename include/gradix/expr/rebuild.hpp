@@ -16,6 +16,7 @@
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
+#include "gradix/expr/concat.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <type_traits>
@@ -91,6 +92,12 @@ constexpr auto rebuild(matmul_node<A, B> const& n, F const& f) {
   auto a = f.template apply<U>(n.lhs_);
   auto b = f.template apply<U>(n.rhs_);
   return matmul_node<decltype(a), decltype(b)>{a, b, n.shape_};
+}
+template <bool U, class F, class A, class B, std::size_t Axis>
+constexpr auto rebuild(concat_node<A, B, Axis> const& n, F const& f) {
+  auto a = f.template apply<U>(n.lhs_);
+  auto b = f.template apply<U>(n.rhs_);
+  return concat_node<decltype(a), decltype(b), Axis>{a, b, n.shape_};
 }
 template <bool U, class F, class A>
 constexpr auto rebuild(save_node<A> const& n, F const& f) {

@@ -16,6 +16,7 @@
 #include "gradix/core/array.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/expr/bag.hpp"
+#include "gradix/expr/concat.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
@@ -70,6 +71,13 @@ template <class Op, class A, axis_mask Mask, bool Keep>
   requires(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>)
 struct saved_extra<reduce_node<Op, A, Mask, Keep>> {
   using N = reduce_node<Op, A, Mask, Keep>;
+  using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
+};
+/// A kept concat's adjoint buffer, in a backward call: its adjoint, when it does not arrive
+/// as a buffer already, is written there first, and each operand reads its block of it.
+template <class L, class R, std::size_t Axis>
+struct saved_extra<concat_node<L, R, Axis>> {
+  using N = concat_node<L, R, Axis>;
   using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
 };
 /// A let's placeholder bound to the let's buffer (api/saved.hpp, keep_let): in a backward

@@ -6,12 +6,14 @@
 
 #include "gradix/config.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/expr/concat.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/pattern.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
@@ -50,8 +52,11 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
   } else if constexpr (is_let_node<D>::value) {  // the operand, and the body's other leaves
     for_each_leaf(n.z_, f, false);
     for_each_leaf(n.body_, f, false);
-  } else if constexpr (is_var_node<D>::value) {
-    // the let's operand: visited there
+  } else if constexpr (is_var_node<D>::value || is_pattern_node<D>::value) {
+    // the let's operand: visited there; a pattern reads no memory
+  } else if constexpr (is_concat_node<D>::value) {  // the right operand is read shifted
+    for_each_leaf(n.lhs_, f, false);
+    for_each_leaf(n.rhs_, f, false);
   } else if constexpr (is_matmul_node<D>::value) {  // every element reads whole rows and columns
     for_each_leaf(n.lhs_, f, false);
     for_each_leaf(n.rhs_, f, false);

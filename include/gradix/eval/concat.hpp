@@ -1,0 +1,67 @@
+#pragma once
+/// \file
+/// Evaluator of concat (expr/concat.hpp): one operand or the other by the coordinate along
+/// the joined axis. Along another axis every element of a row comes from the same operand:
+/// that operand's own inner evaluator; along the joined axis, a branch per element.
+
+#include "gradix/config.hpp"
+#include "gradix/core/simd.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/inner.hpp"
+#include "gradix/expr/concat.hpp"
+
+#include <type_traits>
+
+namespace gradix::ev {
+
+/// Either of two inner evaluators, chosen once per row.
+template <class IL, class IR>
+struct either_inner {
+  using value_type = typename IL::value_type;
+  IL l_;
+  IR r_;
+  bool left_;
+  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const { return left_ ? value_type(l_.elem(i)) : value_type(r_.elem(i)); }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
+    return left_ ? pack_as<value_type, W>(l_, i) : pack_as<value_type, W>(r_, i);
+  }
+#endif
+};
+
+template <class L, class R, std::size_t Axis>
+struct evaluator<concat_node<L, R, Axis>> {
+  using node_type = concat_node<L, R, Axis>;
+  using value_type = typename node_type::value_type;
+  static constexpr std::size_t rank = node_type::shape_type::rank;
+  evaluator<L> lhs_;
+  evaluator<R> rhs_;
+  index_t split_;
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n) : lhs_(n.lhs_), rhs_(n.rhs_), split_(n.split()) {}
+  GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
+    if (c[Axis] < split_) return value_type(lhs_(c));
+    coord<rank> d = c;
+    d[Axis] -= split_;
+    return value_type(rhs_(d));
+  }
+  template <int A>
+  GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
+    if constexpr (A == invariant_axis) {
+      return const_inner<value_type>{(*this)(c)};
+    } else if constexpr (std::size_t(A) == Axis) {
+      return generic_inner<evaluator, rank, A>{this, c};
+    } else {
+      // the row lies in one operand: only its inner evaluator is made (the other one is
+      // value-initialized, never read)
+      using IL = decltype(lhs_.template outer<A>(c));
+      using IR = decltype(rhs_.template outer<A>(c));
+      if (c[Axis] < split_) return either_inner<IL, IR>{lhs_.template outer<A>(c), IR{}, true};
+      coord<rank> d = c;
+      d[Axis] -= split_;
+      return either_inner<IL, IR>{IL{}, rhs_.template outer<A>(d), false};
+    }
+  }
+};
+
+}  // namespace gradix::ev
