@@ -241,3 +241,70 @@ TEST_CASE("clip_grad_norm: the global norm over a parameter list, scaled when ab
     CHECK(!error_of([&] { (void)gx::optim::clip_grad_norm(-1.0, A); }).empty());
   }
 }
+
+// reshape plans (core/reshape.hpp): splits and merges without the ravel, others general
+static_assert([] {
+  gx::reshape_plan<4, 3> split(gx::array<index_t, 4>{{2, 5, 4, 3}}, gx::array<index_t, 3>{{2, 5, 12}});
+  auto a = split(gx::array<index_t, 4>{{1, 2, 3, 1}});
+  return !split.general_ && a[0] == 1 && a[1] == 2 && a[2] == 10 && split.last_axis_contiguous();
+}());
+static_assert([] {
+  gx::reshape_plan<3, 4> merge(gx::array<index_t, 3>{{8, 5, 3}}, gx::array<index_t, 4>{{2, 4, 5, 3}});
+  auto a = merge(gx::array<index_t, 3>{{6, 4, 2}});
+  return !merge.general_ && a[0] == 1 && a[1] == 2 && a[2] == 4 && a[3] == 2 && merge.last_axis_contiguous();
+}());
+static_assert([] {
+  gx::reshape_plan<2, 2> odd(gx::array<index_t, 2>{{4, 3}}, gx::array<index_t, 2>{{3, 4}});  // no groups
+  auto a = odd(gx::array<index_t, 2>{{2, 1}});                                               // element 7
+  return odd.general_ && a[0] == 1 && a[1] == 3 && !odd.last_axis_contiguous();
+}());
+static_assert([] {  // axes of extent 1 anywhere
+  gx::reshape_plan<3, 2> ones(gx::array<index_t, 3>{{1, 6, 1}}, gx::array<index_t, 2>{{2, 3}});
+  auto a = ones(gx::array<index_t, 3>{{0, 5, 0}});
+  return !ones.general_ && a[0] == 1 && a[1] == 2;
+}());
+
+TEST_CASE("multi-head attention: heads split and merged by reshape and permute, gradients") {
+  // (B, T, D) -> (B, T, H, D/H) -> (B, H, T, D/H) -> (B H, T, D/H) and back, as
+  // examples/transformer.cpp writes it: the reshapes of computed values are kept, and their
+  // adjoints read as buffers of the operand's shape
+  index_t const B = 2, T = 3, D = 4, H = 2, dh = D / H;
+  auto X = gx::uniform<double>(gx::dims(B, T, D), 1351, -1.0, 1.0);
+  auto Wq = gx::param(gx::uniform<double>(gx::dims(D, D), 1352, -1.0, 1.0));
+  auto Wv = gx::uniform<double>(gx::dims(D, D), 1353, -1.0, 1.0);
+  auto heads = [&](auto const& y) {
+    return gx::reshape(gx::permute<0, 2, 1, 3>(gx::reshape(y, gx::dims(B, T, H, dh))), gx::dims(B * H, T, dh));
+  };
+  auto merge = [&](auto const& y) {
+    return gx::reshape(gx::permute<0, 2, 1, 3>(gx::reshape(y, gx::dims(B, H, T, dh))), gx::dims(B, T, D));
+  };
+  auto attn = [&](auto& wq) {
+    auto q = heads(gx::matmul(X, wq));
+    auto v = heads(gx::matmul(X, Wv));
+    auto s = gx::softmax<2>(gx::causal_mask(gx::matmul(q, gx::permute<0, 2, 1>(q))));
+    return merge(gx::matmul(s, v));
+  };
+  // the value against loops
+  auto got = gx::eval(attn(Wq));
+  auto q = gx::eval(gx::matmul(X, Wq.value()));
+  auto v = gx::eval(gx::matmul(X, Wv));
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h)
+      for (index_t t = 0; t < T; ++t) {
+        double w[3], z = 0;
+        for (index_t u = 0; u <= t; ++u) {
+          double s = 0;
+          for (index_t e = 0; e < dh; ++e) s += q(b, t, h * dh + e) * q(b, u, h * dh + e);
+          w[u] = std::exp(s);
+          z += w[u];
+        }
+        for (index_t e = 0; e < dh; ++e) {
+          double o = 0;
+          for (index_t u = 0; u <= t; ++u) o += w[u] / z * v(b, u, h * dh + e);
+          CHECK(got(b, t, h * dh + e) == doctest::Approx(o).epsilon(1e-12));
+        }
+      }
+  auto Wo = gx::uniform<double>(gx::dims(B, T, D), 1354, -1.0, 1.0);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(attn(p) * Wo); }, Wq);
+  CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(gx::reshape(gx::tanh(gx::matmul(X, p)), gx::dims(B * T, D)))); }, Wq);
+}

@@ -21,6 +21,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/reshape.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/expr/index.hpp"
@@ -51,8 +52,7 @@ struct ax_reshape {
   index_t off_ = 0;
   index_t scale_ = 1;
   Map map_;  // to the reshape node's output coordinates
-  array<index_t, RO> out_ext_;
-  array<index_t, RI> in_ext_;
+  reshape_plan<RO, RI> plan_;
 };
 template <class Node, class Map, std::size_t K>
 struct ax_argmax {
@@ -157,6 +157,27 @@ struct injective_ax<ax_lookup<In, unique_vec<I>>> : injective_ax<In> {};
 /// (Two uses fused in one kernel would not be injective together.)
 template <class M, std::size_t RD>
 struct injective_map;
+namespace detail {
+/// The components of one reshape (compose_reshape makes all RI of them from one inner map)
+/// share a key.
+template <class A>
+struct reshape_group_of {
+  using key = void;
+  static constexpr std::size_t ri = 0;
+};
+template <class M, std::size_t K, std::size_t RO, std::size_t RI>
+struct reshape_group_of<ax_reshape<M, K, RO, RI>> {
+  using key = ax_reshape<M, 0, RO, RI>;
+  using inner = M;
+  static constexpr std::size_t ri = RI;
+};
+/// Injective by parts: a part is one component, or all RI components of one reshape (a
+/// bijection of its inner map's value: injective when that map is); every part injective,
+/// and each domain axis reaching at most one part. (The multi-head split and merge
+/// (B, T, D) -> (B, T, H, D/H) -> (B H, T, D/H) composes such maps.)
+template <class M, std::size_t RD>
+struct injective_by_parts : std::false_type {};
+}  // namespace detail
 template <class... Ax, std::size_t RD>
 struct injective_map<tuple<Ax...>, RD> {
   static constexpr bool value = [] {
@@ -165,10 +186,70 @@ struct injective_map<tuple<Ax...>, RD> {
                             ((count_deps<tuple<Ax...>, J>::value <= 1) && ...);
       bool const covered = ((count_deps<tuple<Ax...>, J>::value == 0 ||
                              dom_component<tuple<Ax...>, J>::value >= 0) && ...);
-      return separate || covered;
+      return separate || covered || detail::injective_by_parts<tuple<Ax...>, RD>::value;
     }(std::make_index_sequence<RD>{});
   }();
 };
+namespace detail {
+template <class... Ax, std::size_t RD>
+struct injective_by_parts<tuple<Ax...>, RD> {
+  static constexpr std::size_t N = sizeof...(Ax);
+  template <std::size_t K>
+  using comp = std::tuple_element_t<K, std::tuple<Ax...>>;
+  /// The part of component K: the first component with its reshape key, or K.
+  template <std::size_t K>
+  static constexpr std::size_t part() {
+    using key = typename reshape_group_of<comp<K>>::key;
+    if constexpr (std::is_void_v<key>) {
+      return K;
+    } else {
+      std::size_t r = K, j = 0;
+      ((r = (j < r && std::is_same_v<typename reshape_group_of<Ax>::key, key>) ? j : r, ++j), ...);
+      return r;
+    }
+  }
+  template <std::size_t K>
+  static constexpr bool part_ok() {
+    using G = reshape_group_of<comp<K>>;
+    if constexpr (std::is_void_v<typename G::key>) {
+      return injective_ax<comp<K>>::value;
+    } else {
+      // the whole reshape is there (each of its components once), over an injective map
+      std::size_t n = 0;
+      ((n += std::is_same_v<typename reshape_group_of<Ax>::key, typename G::key> ? 1 : 0), ...);
+      return n == G::ri && injective_map<typename G::inner, RD>::value;
+    }
+  }
+  /// Which domain axes component K depends on.
+  template <std::size_t K>
+  static constexpr array<bool, RD> dep_row() {
+    array<bool, RD> r{};
+    [&]<std::size_t... J>(std::index_sequence<J...>) { ((r[J] = depends_v<comp<K>, J>), ...); }(
+        std::make_index_sequence<RD>{});
+    return r;
+  }
+  static constexpr bool value = [] {
+    if constexpr (!(!std::is_void_v<typename reshape_group_of<Ax>::key> || ...)) {
+      return false;  // no reshape: the rules above decide
+    } else {
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        if (!(part_ok<K>() && ...)) return false;
+        array<std::size_t, N> const parts{{part<K>()...}};
+        array<array<bool, RD>, N> const deps{{dep_row<K>()...}};
+        for (std::size_t j = 0; j < RD; ++j) {
+          std::size_t first = N;
+          for (std::size_t k = 0; k < N; ++k) {
+            if (!deps[k][j]) continue;
+            if (first == N) first = parts[k];
+            else if (parts[k] != first) return false;
+          }
+        }
+        return true;
+      }(std::make_index_sequence<N>{});
+    }
+  }();
+};
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------
 // Composition
@@ -302,8 +383,9 @@ constexpr auto compose_reduce(tuple<Ax...> const& m) {
 /// Through a reshape from operand extents in_ext to output extents out_ext.
 template <std::size_t RI, std::size_t RO, class M>
 constexpr auto compose_reshape(M const& m, array<index_t, RO> out_ext, array<index_t, RI> in_ext) {
+  reshape_plan<RO, RI> const plan(out_ext, in_ext);
   return [&]<std::size_t... K>(std::index_sequence<K...>) {
-    return make_tuple(ax_reshape<M, K, RO, RI>{0, 1, m, out_ext, in_ext}...);
+    return make_tuple(ax_reshape<M, K, RO, RI>{0, 1, m, plan}...);
   }(std::make_index_sequence<RI>{});
 }
 

@@ -594,8 +594,22 @@ constexpr auto push(take_along_node<A, P, Axis> const& n, D const& dom, V const&
 }
 template <class A, std::size_t... P, class D, class V, class M>
 constexpr auto push(permute_node<A, P...> const& n, D const& dom, V const& v, M const& m) {
-  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
-  else return push(n.arg_, dom, v, compose_permute<P...>(m));
+  constexpr std::size_t R = sizeof...(P);
+  if constexpr (is_pending<V>::value) {
+    return push(n, dom, settle(v, dom), m);
+  } else if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
+    // the adjoint is a buffer read at the identity (a product's operand adjoint): the
+    // operand's is the same buffer with its strides permuted, read at the identity (no map
+    // to compose, as PyTorch's transpose of a gradient)
+    constexpr array<std::size_t, R> perm{{P...}};
+    array<index_t, R> st{};
+    for (std::size_t k = 0; k < R; ++k) st[perm[k]] = v.strides_[k];
+    using SA = shape_of_t<A>;
+    tensor_view<typename V::element_type, SA, strided, space_of_t<V>> g(v.data_, n.arg_.shape(), st);
+    return push(n.arg_, n.arg_.shape(), g, identity_map<R>());
+  } else {
+    return push(n.arg_, dom, v, compose_permute<P...>(m));
+  }
 }
 template <class A, std::size_t Axis, class D, class V, class M>
 constexpr auto push(unsqueeze_node<A, Axis> const& n, D const& dom, V const& v, M const& m) {
@@ -609,11 +623,19 @@ constexpr auto push(broadcast_node<A, S> const& n, D const& dom, V const& v, M c
 }
 template <class A, class S, class D, class V, class M>
 constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M const& m) {
-  if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
-  else
+  using SA = shape_of_t<A>;
+  if constexpr (is_pending<V>::value) {
+    return push(n, dom, settle(v, dom), m);
+  } else if constexpr (is_view_v<V> && std::is_same_v<layout_of_t<V>, row_major> &&
+                       std::is_same_v<M, decltype(identity_map<S::rank>())>) {
+    // a row-major buffer read at the identity: the operand's adjoint is the same buffer with
+    // the operand's shape (logical row-major order is the reshape's)
+    tensor_view<typename V::element_type, SA, row_major, space_of_t<V>> g(v.data_, n.arg_.shape());
+    return push(n.arg_, n.arg_.shape(), g, identity_map<SA::rank>());
+  } else {
     return push(n.arg_, dom, v,
-                compose_reshape<shape_of_t<A>::rank, S::rank>(m, n.shape_.extents(),
-                                                              n.arg_.shape().extents()));
+                compose_reshape<SA::rank, S::rank>(m, n.shape_.extents(), n.arg_.shape().extents()));
+  }
 }
 
 // Saved values (expr/saved.hpp): an elementwise region above ends here (its values read
@@ -638,14 +660,18 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node().shape().extents(), m));
     }
-  } else if constexpr (is_concat_node<N>::value) {
+  } else if constexpr (is_concat_node<N>::value || is_kept_reshape<N>::value) {
     // a kept concat: each operand reads its block of the adjoint, which must be a buffer of
     // the concat's shape read at the identity: the adjoint itself when it is one (a
-    // product's gc), else the node's own buffer, written first (a staged_use)
+    // product's gc), else the node's own buffer, written first (a staged_use). A kept
+    // reshape: its operand reads the adjoint as a buffer of the operand's shape, which needs
+    // a row-major buffer of the reshape's shape (docs/ad.md, "Reshapes")
     constexpr std::size_t R = shape_of_t<N>::rank;
+    constexpr bool direct = is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())> &&
+                            (is_concat_node<N>::value || std::is_same_v<layout_of_t<V>, row_major>);
     if constexpr (!reaches_param_v<N>) {
       return tuple<>{};
-    } else if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
+    } else if constexpr (direct) {
       return push(n.node(), dom, v, m);
     } else {
       using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;

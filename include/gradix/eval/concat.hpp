@@ -14,22 +14,6 @@
 
 namespace gradix::ev {
 
-/// Either of two inner evaluators, chosen once per row.
-template <class IL, class IR>
-struct either_inner {
-  using value_type = typename IL::value_type;
-  IL l_;
-  IR r_;
-  bool left_;
-  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const { return left_ ? value_type(l_.elem(i)) : value_type(r_.elem(i)); }
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
-    return left_ ? pack_as<value_type, W>(l_, i) : pack_as<value_type, W>(r_, i);
-  }
-#endif
-};
-
 template <class L, class R, std::size_t Axis>
 struct evaluator<concat_node<L, R, Axis>> {
   using node_type = concat_node<L, R, Axis>;

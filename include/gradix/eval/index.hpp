@@ -5,6 +5,7 @@
 /// the indexed axis itself it falls back to per-element lookups.
 
 #include "gradix/config.hpp"
+#include "gradix/core/reshape.hpp"
 #include "gradix/eval/elementwise.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/inner.hpp"
@@ -108,25 +109,28 @@ struct evaluator<reshape_node<Arg, Shape>> {
   static constexpr std::size_t rank = Shape::rank;
   static constexpr std::size_t in_rank = shape_of_t<Arg>::rank;
   evaluator<Arg> arg_;
-  array<index_t, rank> out_ext_;
-  array<index_t, in_rank> in_ext_;
+  reshape_plan<rank, in_rank> plan_;
+  bool last_contiguous_;
   GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& n)
-      : arg_(n.arg_), out_ext_(n.shape_.extents()), in_ext_(n.arg_.shape().extents()) {}
-  GRADIX_HOST_DEVICE constexpr coord<in_rank> map(coord<rank> const& c) const {
-    index_t lin = 0;
-    for (std::size_t k = 0; k < rank; ++k) lin = lin * out_ext_[k] + c[k];
-    coord<in_rank> a{};
-    for (std::size_t j = in_rank; j-- > 0;) {
-      a[j] = lin % in_ext_[j];
-      lin /= in_ext_[j];
-    }
-    return a;
-  }
+      : arg_(n.arg_), plan_(n.shape_.extents(), n.arg_.shape().extents()),
+        last_contiguous_(plan_.last_axis_contiguous()) {}
+  GRADIX_HOST_DEVICE constexpr coord<in_rank> map(coord<rank> const& c) const { return plan_(c); }
   GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const { return arg_(map(c)); }
   template <int A>
   GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
-    if constexpr (A == invariant_axis) return const_inner<value_type>{(*this)(c)};
-    else return generic_inner<evaluator, rank, A>{this, c};
+    if constexpr (A == invariant_axis) {
+      return const_inner<value_type>{(*this)(c)};
+    } else if constexpr (std::size_t(A) + 1 == rank && in_rank > 0) {
+      // along the last axis, a row of the output is a piece of one row of the operand when
+      // the extents allow (a split or merge that keeps the last axis whole): the operand's
+      // own inner evaluator there, else one remap per element
+      using IA = decltype(arg_.template outer<int(in_rank) - 1>(map(c)));
+      using IG = generic_inner<evaluator, rank, A>;
+      if (last_contiguous_) return either_inner<IA, IG>{arg_.template outer<int(in_rank) - 1>(map(c)), IG{}, true};
+      return either_inner<IA, IG>{IA{}, IG{this, c}, false};
+    } else {
+      return generic_inner<evaluator, rank, A>{this, c};
+    }
   }
 };
 

@@ -108,4 +108,21 @@ GRADIX_ALWAYS_INLINE simd::pack<To, W> pack_as(Inner const& in, index_t i) {
 }
 #endif
 
+/// Either of two inner evaluators, chosen once per row.
+template <class IL, class IR>
+struct either_inner {
+  using value_type = typename IL::value_type;
+  IL l_;
+  IR r_;
+  bool left_;
+  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const { return left_ ? value_type(l_.elem(i)) : value_type(r_.elem(i)); }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
+    return left_ ? pack_as<value_type, W>(l_, i) : pack_as<value_type, W>(r_, i);
+  }
+#endif
+};
+
+
 }  // namespace gradix::ev

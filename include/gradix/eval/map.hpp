@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::ev {
 
@@ -45,17 +46,42 @@ GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& 
 template <class M, std::size_t K, std::size_t RO, std::size_t RI, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr index_t ax_value(ad::ax_reshape<M, K, RO, RI> const& a,
                                               coord<RD> const& d) {
-  coord<RO> o = map_value(a.map_, d);
-  index_t lin = 0;
-  for (std::size_t k = 0; k < RO; ++k) lin = lin * a.out_ext_[k] + o[k];
-  index_t v = 0;
-  for (std::size_t j = RI; j-- > 0;) {
-    index_t q = lin % a.in_ext_[j];
-    lin /= a.in_ext_[j];
-    if (j == K) v = q;
-  }
-  return a.off_ + a.scale_ * v;
+  return a.off_ + a.scale_ * a.plan_(map_value(a.map_, d))[K];
 }
+namespace detail {
+/// The components of one reshape (made together by compose_reshape: one inner map, one
+/// plan) share a key; map_value computes their operand coordinate once, at the first.
+template <class A>
+struct reshape_key {
+  using type = void;
+  static constexpr std::size_t k = 0, ri = 0;
+};
+template <class M, std::size_t K, std::size_t RO, std::size_t RI>
+struct reshape_key<ad::ax_reshape<M, K, RO, RI>> {
+  using type = ad::ax_reshape<M, 0, RO, RI>;
+  static constexpr std::size_t k = K, ri = RI;
+};
+/// The first component of tuple<Ax...> with component K's key (K itself when none).
+template <std::size_t K, class... Ax>
+constexpr std::size_t reshape_leader() {
+  using key = typename reshape_key<std::remove_cvref_t<decltype(get<K>(std::declval<tuple<Ax...> const&>()))>>::type;
+  if constexpr (std::is_void_v<key>) {
+    return K;
+  } else {
+    std::size_t r = K, j = 0;
+    ((r = (j < r && std::is_same_v<typename reshape_key<Ax>::type, key>) ? j : r, ++j), ...);
+    return r;
+  }
+}
+template <class... Ax>
+inline constexpr std::size_t max_reshape_rank_v = [] {
+  std::size_t r = 1;
+  ((r = reshape_key<Ax>::ri > r ? reshape_key<Ax>::ri : r), ...);
+  return r;
+}();
+template <class... Ax>
+inline constexpr bool has_reshape_v = (!std::is_void_v<typename reshape_key<Ax>::type> || ...);
+}  // namespace detail
 #if defined(GRADIX_HAS_VECTOR_EXT)
 namespace detail {
 /// argmax_coord on host SIMD packs: the reduced domain in row-major order as runs along its
@@ -198,9 +224,33 @@ template <class... Ax, std::size_t RD>
 GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& m,
                                                            coord<RD> const& d) {
   coord<sizeof...(Ax)> t{};
-  [&]<std::size_t... K>(std::index_sequence<K...>) {
-    ((t[K] = ax_value(get<K>(m), d)), ...);
-  }(std::index_sequence_for<Ax...>{});
+  if constexpr (!detail::has_reshape_v<Ax...>) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((t[K] = ax_value(get<K>(m), d)), ...);
+    }(std::index_sequence_for<Ax...>{});
+  } else {
+    // a reshape's components: its inner map and plan evaluated once, at its first component
+    constexpr std::size_t RG = detail::max_reshape_rank_v<Ax...>;
+    array<array<index_t, RG>, sizeof...(Ax)> g{};
+    auto one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      auto const& a = get<K>(m);
+      using A = std::remove_cvref_t<decltype(a)>;
+      using RK = detail::reshape_key<A>;
+      if constexpr (std::is_void_v<typename RK::type>) {
+        t[K] = ax_value(a, d);
+      } else {
+        constexpr std::size_t L = detail::reshape_leader<K, Ax...>();
+        if constexpr (L == K) {
+          auto const r = a.plan_(map_value(a.map_, d));
+          for (std::size_t j = 0; j < RK::ri; ++j) g[K][j] = r[j];
+        }
+        t[K] = a.off_ + a.scale_ * g[L][RK::k];
+      }
+    };
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(std::integral_constant<std::size_t, K>{}), ...);
+    }(std::index_sequence_for<Ax...>{});
+  }
   return t;
 }
 

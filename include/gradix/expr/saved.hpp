@@ -21,6 +21,7 @@
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/view.hpp"
 #include "gradix/grad/workspace.hpp"
 
 #include <type_traits>
@@ -78,6 +79,13 @@ struct saved_extra<reduce_node<Op, A, Mask, Keep>> {
 template <class L, class R, std::size_t Axis>
 struct saved_extra<concat_node<L, R, Axis>> {
   using N = concat_node<L, R, Axis>;
+  using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
+};
+/// A kept reshape's adjoint buffer, as a concat's.
+template <class A, class S>
+  requires is_kept_reshape<reshape_node<A, S>>::value
+struct saved_extra<reshape_node<A, S>> {
+  using N = reshape_node<A, S>;
   using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
 };
 /// A let's placeholder bound to the let's buffer (api/saved.hpp, keep_let): in a backward

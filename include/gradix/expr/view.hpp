@@ -87,6 +87,26 @@ struct reshape_node {
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
 };
 
+template <class N>
+struct is_reshape_node : std::false_type {};
+template <class A, class S>
+struct is_reshape_node<reshape_node<A, S>> : std::true_type {};
+/// A reshape whose value a call keeps in a buffer (the save transform, ad/save.hpp): one of a
+/// floating-point operand that is not a tensor or parameter (a reshape of those is a view, or
+/// reads the operand's memory directly). Like PyTorch's copy of a non-contiguous tensor
+/// before a view: the copy costs one pass, and then backward can read the adjoint of the
+/// operand as the same buffer with the operand's shape, instead of composing a map with a
+/// division per element (docs/ad.md, "Reshapes").
+template <class N>
+struct is_kept_reshape : std::false_type {};
+template <class A, class S>
+  requires(std::is_floating_point_v<value_type_t<A>> && !is_view_v<A> &&
+           !requires {
+             typename A::view_type;  // a parameter node
+             typename A::grad_type;
+           })
+struct is_kept_reshape<reshape_node<A, S>> : std::true_type {};
+
 /// out[c] = arg[c'] with c' = c without the leading axes arg lacks, 0 on arg's axes of
 ///           static extent 1 (the broadcast rule of elementwise operations)
 /// backward: d_arg[c'] += sum of d_out over the broadcast axes

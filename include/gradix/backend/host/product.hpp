@@ -5,6 +5,7 @@
 /// plans.
 
 #include "gradix/ad/product.hpp"
+#include "gradix/backend/host/assign.hpp"
 #include "gradix/backend/host/gemm.hpp"
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
@@ -76,6 +77,31 @@ constexpr void clear(T* p, index_t n) {
     std::memset(static_cast<void*>(p), 0, std::size_t(n) * sizeof(T));
   }
 }
+/// The adjoint of a kept node written into its (row-major) buffer buf by u0, the node's one
+/// incoming kernel: assigned in one pass when u0 covers buf exactly (its map the identity,
+/// no axis summed), else buf cleared and u0 added into it.
+template <bool Serial, class P0, class G>
+constexpr void adjoint_into(P0 const& u0, G const& buf) {
+  using K = ad::kernel_traits<P0>;
+  using D = typename P0::domain_type;
+  using S = typename G::shape_type;
+  using T = typename G::value_type;
+  constexpr std::size_t R = S::rank;
+  if constexpr (D::rank == R && K::projected_mask == 0 &&
+                std::is_same_v<typename P0::map_type, decltype(ad::identity_map<R>())>) {
+    bool const exact = [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return ((get<J>(u0.map_).off_ == 0 && get<J>(u0.map_).scale_ == 1 &&
+               u0.dom_.extent(J) == buf.shape().extent(J)) && ...);
+    }(std::make_index_sequence<R>{});
+    if (exact) {
+      tensor_view<T, S, row_major, host_space> out(buf.data(), buf.shape());
+      host::assign(out, u0.v_);
+      return;
+    }
+  }
+  clear<Serial>(buf.data(), buf.shape().size());
+  with_target(u0, buf, [](auto const& p0) { run_element<Serial>(p0); });
+}
 }  // namespace detail
 
 template <class P0, class PA, class PB, class SN>
@@ -129,8 +155,7 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
   constexpr bool batched = std::remove_cvref_t<decltype(mm)>::rank == 3;
   index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
   T* const gc = st.gc.data();
-  clear<Serial>(gc, mm.shape().size());  // d C: cleared, then the adjoint added into it
-  with_adjoint_target(u, [](auto const& p0) { run_element<Serial>(p0); });
+  adjoint_into<Serial>(u.p0_, st.gc);  // d C
   mat_ref<T> const g{gc, n, 1, batched ? m * n : 0};
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
@@ -148,9 +173,7 @@ constexpr void run_product(ad::product_use<P0, PA, PB, SN> const& u) {
 
 template <bool Serial, class P0, class PE, class SN>
 constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
-  auto const& g = u.node_->extra_.gout;
-  clear<Serial>(g.data(), g.shape().size());
-  with_target(u.p0_, g, [](auto const& p0) { run_element<Serial>(p0); });
+  adjoint_into<Serial>(u.p0_, u.node_->extra_.gout);
   run_elements<Serial>(u.pe());
 }
 }  // namespace detail

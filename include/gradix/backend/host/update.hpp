@@ -266,7 +266,7 @@ void run(Use const& u) {
   using G = typename Use::storage_type;
   using T = typename G::value_type;
   using V = typename Use::value_expr;
-  using VT = value_type_t<V>;
+  using VT [[maybe_unused]] = value_type_t<V>;
   constexpr std::size_t RD = K::domain_rank;
   constexpr int I = K::inner_axis;
   constexpr std::uint64_t P = K::projected_mask;
@@ -314,11 +314,33 @@ void run(Use const& u) {
       } else if constexpr (P == 0) {
         *tp += T(vev(o));
       } else {
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        // the sum over the projected axes (an adjoint summed over a broadcast: a reduction's
+        // staged adjoint, a softmax's row sum): the fastest of them in SIMD packs of v, the
+        // lanes and the tail added in a fixed order (the same bits for any thread count)
+        constexpr std::size_t JP = std::size_t(63 - __builtin_clzll(P));
+        constexpr std::uint64_t P2 = P & ~(std::uint64_t(1) << JP);
+        constexpr int W = simd::width<T>;
+        index_t const nj = ext[JP];
+        simd::pack<T, W> s{};
+        T tail{};
+        coord<RD> d = o;
+        do {
+          auto in = vev.template outer<int(JP)>(d);
+          index_t i = 0;
+          for (; i + W <= nj; i += W) s += ev::pack_as<T, W>(in, i);
+          for (; i < nj; ++i) tail += T(in.elem(i));
+        } while (detail::next_coord(d, ext, P2));
+        T acc{};
+        for (int w = 0; w < W; ++w) acc += s[w];
+        *tp += acc + tail;
+#else
         VT acc{};
         coord<RD> d = o;
         do acc += vev(d);
         while (detail::next_coord(d, ext, P));
         *tp += T(acc);
+#endif
       }
     } else {
       constexpr int W = simd::width<T>;
