@@ -7,6 +7,7 @@
 #include "ad/configs.hpp"
 #include "ad/numgrad.hpp"
 #include "testing.hpp"
+#include "ad/plan_count.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -22,27 +23,6 @@ using TD = gx::tensor<double, shape<dyn, dyn>>;
 using VD = gx::tensor<double, shape<dyn>>;
 using VI = gx::tensor<std::int64_t, shape<dyn>>;
 
-// The number of matrix products, and of lets, in a plan (types only).
-template <class U>
-struct products_in : std::integral_constant<int, 0> {};
-template <class... E>
-struct products_in<gx::tuple<E...>> : std::integral_constant<int, (products_in<E>::value + ... + 0)> {};
-template <class P0, class PA, class PB, class SN>
-struct products_in<gx::ad::product_use<P0, PA, PB, SN>>
-    : std::integral_constant<int, 1 + products_in<PA>::value + products_in<PB>::value> {};
-template <class PB, class PZ, class... R>
-struct products_in<gx::ad::let_use<PB, PZ, R...>>
-    : std::integral_constant<int, products_in<PB>::value + products_in<PZ>::value> {};
-template <class U>
-struct lets_in : std::integral_constant<int, 0> {};
-template <class... E>
-struct lets_in<gx::tuple<E...>> : std::integral_constant<int, (lets_in<E>::value + ... + 0)> {};
-template <class P0, class PA, class PB, class SN>
-struct lets_in<gx::ad::product_use<P0, PA, PB, SN>>
-    : std::integral_constant<int, lets_in<PA>::value + lets_in<PB>::value> {};
-template <class PB, class PZ, class... R>
-struct lets_in<gx::ad::let_use<PB, PZ, R...>>
-    : std::integral_constant<int, 1 + lets_in<PB>::value + lets_in<PZ>::value> {};
 
 VI labels(index_t n, index_t classes) {
   VI y(gx::dims(n));
@@ -51,13 +31,16 @@ VI labels(index_t n, index_t classes) {
 }
 }  // namespace
 
-// Types: a let over an operand that keeps nothing is no let; over a product it is one.
+// Types: cross_entropy's let over an operand that keeps nothing is no let; over a product it
+// is one. softmax and log_softmax are kept nodes of their own (they read their operand
+// once per pass of the row, into their buffer), whatever the operand.
 using PF = gx::parameter<float, shape<dyn, dyn>>;
 using TF = gx::tensor<float, shape<dyn, dyn>>;
-static_assert(!gx::is_let_node<decltype(gx::softmax<1>(std::declval<PF&>()))>::value);
-static_assert(!gx::is_let_node<decltype(gx::softmax<1>(std::declval<PF&>() * 2.f + 1.f))>::value);
-static_assert(gx::is_let_node<decltype(gx::softmax<1>(gx::matmul(std::declval<TF&>(), std::declval<PF&>())))>::value);
-static_assert(gx::is_let_node<decltype(gx::log_softmax<1>(gx::sum<2>(std::declval<gx::parameter<float, shape<dyn, dyn, dyn>>&>())))>::value);
+using VL = gx::tensor<std::int64_t, shape<dyn>>;
+static_assert(!gx::is_let_node<decltype(gx::cross_entropy(std::declval<PF&>(), std::declval<VL&>()).arg_)>::value);
+static_assert(gx::is_let_node<decltype(gx::cross_entropy(gx::matmul(std::declval<TF&>(), std::declval<PF&>()), std::declval<VL&>()).arg_)>::value);
+static_assert(gx::is_softmax_node<decltype(gx::softmax<1>(std::declval<PF&>() * 2.f + 1.f))>::value);
+static_assert(gx::is_softmax_node<decltype(gx::log_softmax<1>(gx::sum<2>(std::declval<gx::parameter<float, shape<dyn, dyn, dyn>>&>())))>::value);
 
 TEST_CASE("let: softmax family over a product equals the same over the materialised logits") {
   index_t const B = 9, K = 7, Cn = 5;
@@ -176,11 +159,12 @@ TEST_CASE("let: the operand is kept once, and its product planned once") {
   // two products, the let's buffer of the logits, the row max (read twice) and the row sum
   static_assert(gx::ad::buffer_count_v<L> == 2 + 1 + 3);
   using P = gx::backward_plan_t<L>;
-  static_assert(lets_in<P>::value == 1);
-  static_assert(products_in<P>::value == 2);  // each product once (without the let: 2 reads x 2)
-  // softmax alone: exp(v - m) / s reads v twice, and v's product is planned once
+  static_assert(gx::testing::lets_in_v<P> == 1);
+  static_assert(gx::testing::products_in_v<P> == 2);  // each product once (without the let: 2 reads x 2)
+  // softmax alone: kept, its operand's product planned once, under one softmax use
   using SM = decltype(gx::sum(gx::softmax<1>(gx::matmul(X, W1))));
-  static_assert(products_in<gx::backward_plan_t<SM>>::value == 1);
+  static_assert(gx::testing::products_in_v<gx::backward_plan_t<SM>> == 1);
+  static_assert(gx::testing::softmaxes_in_v<gx::backward_plan_t<SM>> == 1);
   // buffers: products (B x H, B x Cn) + copy of relu(X W1) (B x H) + logits (B x Cn) + row
   // stats, and in a backward call the adjoints of the products, of the product operands and
   // of the logits

@@ -7,6 +7,7 @@
 // 1 MiB stack.
 #include "ad/numgrad.hpp"
 #include "testing.hpp"
+#include "ad/plan_count.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -44,27 +45,6 @@ constexpr std::size_t count_nodes() {
     return 1;
 }
 
-// Products and lets in a backward plan (types only).
-template <class U>
-struct products_in : std::integral_constant<int, 0> {};
-template <class... E>
-struct products_in<gx::tuple<E...>> : std::integral_constant<int, (products_in<E>::value + ... + 0)> {};
-template <class P0, class PA, class PB, class SN>
-struct products_in<gx::ad::product_use<P0, PA, PB, SN>>
-    : std::integral_constant<int, 1 + products_in<PA>::value + products_in<PB>::value> {};
-template <class PB, class PZ, class... R>
-struct products_in<gx::ad::let_use<PB, PZ, R...>>
-    : std::integral_constant<int, products_in<PB>::value + products_in<PZ>::value> {};
-template <class U>
-struct lets_in : std::integral_constant<int, 0> {};
-template <class... E>
-struct lets_in<gx::tuple<E...>> : std::integral_constant<int, (lets_in<E>::value + ... + 0)> {};
-template <class P0, class PA, class PB, class SN>
-struct lets_in<gx::ad::product_use<P0, PA, PB, SN>>
-    : std::integral_constant<int, lets_in<PA>::value + lets_in<PB>::value> {};
-template <class PB, class PZ, class... R>
-struct lets_in<gx::ad::let_use<PB, PZ, R...>>
-    : std::integral_constant<int, 1 + lets_in<PB>::value + lets_in<PZ>::value> {};
 
 // x -> x * x + x, n times: written with plain values (the type doubles at each step) and
 // with let (it grows by a constant).
@@ -214,11 +194,12 @@ TEST_CASE("let: a transformer block: gradients, one product per matmul written")
   auto loss = [&](auto& x) { return gx::sum(gx::square(transformer_block(x, Wq, Wk, Wv, Wo, W1, W2, mask, scale))); };
   using E = decltype(loss(X));
   // 8 products written (q, k, v, the scores, their product with v, Wo, W1, W2): each planned
-  // once, whatever the number of reads of its operands. 6 lets: the five bindings of the
-  // block (both layer norms' centred values, the first norm, the residual, the MLP's
-  // hidden layer) and softmax's own over the masked scores.
-  static_assert(products_in<gx::backward_plan_t<E>>::value == 8);
-  static_assert(lets_in<gx::backward_plan_t<E>>::value == 6);
+  // once, whatever the number of reads of its operands. 5 lets: the bindings of the block
+  // (both layer norms' centred values, the first norm, the residual, the MLP's hidden
+  // layer); the softmax is a kept node of its own (one softmax use, reading its value).
+  static_assert(gx::testing::products_in_v<gx::backward_plan_t<E>> == 8);
+  static_assert(gx::testing::lets_in_v<gx::backward_plan_t<E>> == 5);
+  static_assert(gx::testing::softmaxes_in_v<gx::backward_plan_t<E>> == 1);
   CHECK_NUMGRAD(loss, X);
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(transformer_block(X0, Wq, Wk, Wv, Wo, p, W2, mask, scale))); }, W1);
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(transformer_block(X0, p, Wk, Wv, Wo, W1, W2, mask, scale))); }, Wq);

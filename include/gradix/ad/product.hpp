@@ -46,6 +46,8 @@ template <class SN>
 constexpr auto staged_plan(SN const& n);
 template <class LN>
 constexpr auto let_operand_plan(LN const& n);
+template <class SN>
+constexpr auto softmax_operand_plan(SN const& n);
 template <class LN, class D, class V, class M>
 constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m);
 
@@ -100,10 +102,26 @@ struct is_let_use : std::false_type {};
 template <class PB, class PZ, class G, class LN, class D, class V, class M>
 struct is_let_use<let_use<PB, PZ, G, LN, D, V, M>> : std::true_type {};
 
-/// Plan elements that write a workspace buffer first (products, staged uses and lets):
-/// neither a plain, fused nor multi use.
+/// The plan element of a kept softmax SN (expr/softmax_node.hpp) whose adjoint is the buffer
+/// g_ (a view of its shape, read at the identity): the operand's adjoint written into the
+/// node's buffer gin, row by row from g_ and the kept value, then px(), the operand's plan
+/// pushed from gin.
+template <class G, class PX, class SN>
+struct softmax_use {
+  G g_;
+  SN const* node_;
+  constexpr PX px() const { return softmax_operand_plan(*node_); }
+};
 template <class U>
-inline constexpr bool materialises_v = is_product<U>::value || is_staged<U>::value || is_let_use<U>::value;
+struct is_softmax_use : std::false_type {};
+template <class G, class PX, class SN>
+struct is_softmax_use<softmax_use<G, PX, SN>> : std::true_type {};
+
+/// Plan elements that write a workspace buffer first (products, staged uses, lets, softmax
+/// uses): neither a plain, fused nor multi use.
+template <class U>
+inline constexpr bool materialises_v =
+    is_product<U>::value || is_staged<U>::value || is_let_use<U>::value || is_softmax_use<U>::value;
 
 /// Whether plan element (or plan) U holds a kernel whose target has type G (types only).
 template <class G, class U>
@@ -120,6 +138,8 @@ struct writes_target<G, product_use<P0, PA, PB, SN>>
     : std::bool_constant<writes_target<G, PA>::value || writes_target<G, PB>::value> {};
 template <class G, class P0, class PE, class SN>
 struct writes_target<G, staged_use<P0, PE, SN>> : writes_target<G, PE> {};
+template <class G, class G2, class PX, class SN>
+struct writes_target<G, softmax_use<G2, PX, SN>> : writes_target<G, PX> {};
 template <class G, class PB, class PZ, class G2, class LN, class D, class V, class M>
 struct writes_target<G, let_use<PB, PZ, G2, LN, D, V, M>>
     : std::bool_constant<writes_target<G, PB>::value || writes_target<G, PZ>::value> {};

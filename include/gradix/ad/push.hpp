@@ -35,6 +35,7 @@
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/softmax_node.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
@@ -438,6 +439,8 @@ template <class A, class I, class D, class V, class M>
 constexpr auto push(segment_sum_node<A, I> const& n, D const& dom, V const& v, M const& m);
 template <class A, class B, std::size_t Axis, class D, class V, class M>
 constexpr auto push(concat_node<A, B, Axis> const& n, D const& dom, V const& v, M const& m);
+template <class A, std::size_t Axis, bool Log, class D, class V, class M>
+constexpr auto push(softmax_node<A, Axis, Log> const&, D const&, V const&, M const&);
 template <class Z, class Z2, class B, class D, class V, class M>
 constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m);
 template <class Z, class D, class V, class M>
@@ -660,6 +663,22 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node().shape().extents(), m));
     }
+  } else if constexpr (is_softmax_node<N>::value) {
+    // a kept softmax: its backward reads the adjoint from a buffer of its shape (the adjoint
+    // itself when it is one, read at the identity; else the node's gout, written first)
+    constexpr std::size_t R = shape_of_t<N>::rank;
+    using SN = saved_node<N, L>;
+    if constexpr (!reaches_param_v<N> || !detail::differentiable_v<N>) {
+      return tuple<>{};
+    } else if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
+      using PX = decltype(softmax_operand_plan(n));
+      return make_tuple(softmax_use<V, PX, SN>{v, &n});
+    } else {
+      using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;
+      using P0 = use<D, V, M, GO>;
+      using PE = decltype(staged_plan(n));
+      return make_tuple(staged_use<P0, PE, SN>{P0{dom, v, m, nullptr}, &n});
+    }
   } else if constexpr (is_concat_node<N>::value || is_kept_reshape<N>::value) {
     // a kept concat: each operand reads its block of the adjoint, which must be a buffer of
     // the concat's shape read at the identity: the adjoint itself when it is one (a
@@ -766,6 +785,13 @@ constexpr auto push(concat_node<A, B, Axis> const& n, D const&, V const& g, M co
     return tuple<>{};
   }
 }
+template <class A, std::size_t Axis, bool Log, class D, class V, class M>
+constexpr auto push(softmax_node<A, Axis, Log> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(A) == 0,
+                "gradix internal: a softmax is planned only through the API's save transform "
+                "(gx::backward_plan_t), which keeps its value");
+  return tuple<>{};
+}
 template <class A, class I, class D, class V, class M>
 constexpr auto push(segment_sum_node<A, I> const&, D const&, V const&, M const&) {
   static_assert(sizeof(A) == 0,
@@ -868,13 +894,29 @@ constexpr auto product_plan_b(SN const& n) {
   return detail::product_operand_plan(n.node().rhs_, n.extra_.gb);
 }
 template <class SN>
+constexpr auto softmax_operand_plan(SN const& n) {
+  using N = typename SN::node_type;
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  auto const& x = n.node().arg_;
+  tensor_view<T const, S, row_major, host_space> gin(n.extra_.gin, x.shape());
+  return push(x, x.shape(), gin, identity_map<S::rank>());
+}
+template <class SN>
 constexpr auto staged_plan(SN const& n) {
   using N = typename SN::node_type;
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
-  tensor_view<T const, S, row_major, host_space> gout(n.extra_.gout.data(), n.shape());
-  if constexpr (is_segment_sum_node<N>::value) return detail::segment_scatter(n, gout);
-  else return push(n.node(), n.shape(), gout, identity_map<S::rank>());
+  using GV = tensor_view<T const, S, row_major, host_space>;
+  GV gout(n.extra_.gout.data(), n.shape());
+  if constexpr (is_segment_sum_node<N>::value) {
+    return detail::segment_scatter(n, gout);
+  } else if constexpr (is_softmax_node<N>::value) {
+    using PX = decltype(softmax_operand_plan(n));
+    return make_tuple(softmax_use<GV, PX, SN>{gout, &n});
+  } else {
+    return push(n.node(), n.shape(), gout, identity_map<S::rank>());
+  }
 }
 template <class LN>
 constexpr auto let_operand_plan(LN const& n) {

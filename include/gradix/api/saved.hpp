@@ -24,6 +24,8 @@
 #include "gradix/eval/let.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/saved.hpp"
+#include "gradix/eval/softmax.hpp"
+#include "gradix/op/math.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
@@ -445,6 +447,9 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
       if (z.argmax) z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
   }
   if constexpr (is_matmul_node<N>::value) count_product(n, z);
+  if constexpr (is_softmax_node<N>::value && ad::reaches_param_v<N>) {
+    if (z.argmax) z.template add<value_type_t<N>>(2 * std::size_t(n.shape().size()));  // gout, gin
+  }
   if constexpr (is_segment_sum_node<N>::value) {
     if (z.argmax) {  // bag_of and scale per position, the adjoint of the result
       z.template add<index_t>(std::size_t(n.arg_.shape().extent(0)));
@@ -537,10 +542,133 @@ constexpr auto keep_segments(N const& n, saved_space& s) {
   r.extra_.gout = workspace_grad<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
   return r;
 }
+/// The rows of softmax node n over its axis into row-major c, each row in three passes over
+/// its operand: the max, the exponentials (written) and their sum, then the quotients (or,
+/// for log_softmax, x - m - log(sum)); rows in parallel. Along a contiguous last axis the
+/// passes run in SIMD packs, the lanes of the max and of the sum combined in a fixed order.
+template <class N, class T>
+constexpr void softmax_values(N const& n, T* c) {
+  using S = shape_of_t<N>;
+  constexpr std::size_t R = S::rank, Ax = N::axis;
+  ev::evaluator<std::remove_cvref_t<decltype(n.arg_)>> const ev(n.arg_);
+  auto const ext = n.shape().extents();
+  index_t const len = ext[Ax];
+  index_t stride = 1;  // of the axis in c
+  for (std::size_t j = Ax + 1; j < R; ++j) stride *= ext[j];
+  index_t const count = len > 0 ? n.shape().size() / len : 0;
+  auto rows = [&](index_t r0, index_t r1) {
+    for (index_t r = r0; r < r1; ++r) {
+      coord<R> o{};  // row r: the coordinates other than Ax, row-major
+      index_t q = r;
+      for (std::size_t j = R; j-- > 0;) {
+        if (j == Ax) continue;
+        o[j] = q % ext[j];
+        q /= ext[j];
+      }
+      index_t base = 0;
+      for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
+      T* const out = c + base;
+      auto const in = ev.template outer<int(Ax)>(o);
+      T m = op::max_of::identity<T>();
+      T sum = 0;
+      index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+      constexpr int W = simd::width<T>;
+      bool packs = !std::is_constant_evaluated() && stride == 1;
+      if (packs) {
+        using X = simd::pack<T, W>;
+        X mp = simd::splat<T, W>(op::max_of::identity<T>());
+        for (; i + W <= len; i += W) mp = op::max_of::combine(mp, ev::pack_as<T, W>(in, i));
+        for (int w = 0; w < W; ++w) m = op::max_of::combine(m, T(mp[w]));
+      }
+#endif
+      for (; i < len; ++i) m = op::max_of::combine(m, T(in.elem(i)));
+      i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+      if (packs) {
+        using X = simd::pack<T, W>;
+        X sp{};
+        X const mv = simd::splat<T, W>(m);
+        for (; i + W <= len; i += W) {
+          X e = op::exp::value(X(ev::pack_as<T, W>(in, i) - mv));
+          simd::store<T, W>(out + i, e);
+          sp += e;
+        }
+        for (int w = 0; w < W; ++w) sum += sp[w];
+      }
+#endif
+      for (; i < len; ++i) {
+        T e = op::exp::value(T(T(in.elem(i)) - m));
+        out[i * stride] = e;
+        sum += e;
+      }
+      if constexpr (N::log) {
+        T const ls = op::log::value(sum);
+        for (index_t k = 0; k < len; ++k) out[k * stride] = T(T(T(in.elem(k)) - m) - ls);
+      } else {
+        for (index_t k = 0; k < len; ++k) out[k * stride] = T(out[k * stride] / sum);
+      }
+    }
+  };
+  if (std::is_constant_evaluated()) {
+    rows(0, count);
+  } else {
+    host::parallel_ranges(count, rows, std::max<index_t>(1, host::parallel_min_elements / std::max<index_t>(1, 4 * len)));
+  }
+}
+/// A softmax kept: its rows (softmax_values), and in a backward call the buffers of its
+/// adjoint and of its operand's.
+template <class N>
+constexpr auto keep_softmax(N const& n, saved_space& s) {
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  using L = saved_layout_t<N>;
+  T* c = s.template take<T>(std::size_t(n.shape().size()));
+  softmax_values(n, c);
+  using R = saved_node<N, L>;
+  R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  if constexpr (ad::reaches_param_v<N>) {
+    if (s.argmax()) {
+      r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+      r.extra_.gin = s.template take<T>(std::size_t(n.shape().size()));
+    }
+  }
+  return r;
+}
+/// A reshape kept (expr/view.hpp, is_kept_reshape): its buffer holds the operand's elements
+/// in logical row-major order, which is what a reshape is. So the operand is assigned into
+/// the buffer seen with the operand's own shape (walking the operand's axes, its last one
+/// innermost: no coordinate remap at all), or, when the operand is a kept row-major buffer
+/// already, that buffer is the reshape's (nothing copied). In a backward call, the buffer of
+/// its adjoint.
+template <class N>
+constexpr auto keep_reshape(N const& n, saved_space& s) {
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  using L = saved_layout_t<N>;
+  using A = std::remove_cvref_t<decltype(n.arg_)>;
+  T const* data = nullptr;
+  if constexpr (is_saved_node<A>::value && std::is_same_v<typename A::layout_type, row_major>) {
+    data = n.arg_.buf_.data();
+  } else {
+    T* p = s.template take<T>(std::size_t(n.shape().size()));
+    tensor_view<T, shape_of_t<A>, row_major, host_space> dst(p, n.arg_.shape());
+    host::assign(dst, n.arg_);
+    data = p;
+  }
+  using R = saved_node<N, L>;
+  R r{s.keep_node(n), typename R::buffer_type(data, n.shape())};
+  if constexpr (ad::reaches_param_v<N>) {
+    if (s.argmax()) r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+  }
+  return r;
+}
 template <class N>
 constexpr auto keep_value(N const& n, saved_space& s) {
   if constexpr (is_matmul_node<N>::value) return keep_product(n, s);
+  else if constexpr (is_kept_reshape<N>::value) return keep_reshape(n, s);
   else if constexpr (is_segment_sum_node<N>::value) return keep_segments(n, s);
+  else if constexpr (is_softmax_node<N>::value) return keep_softmax(n, s);
   else return keep_value_assigned(n, s);
 }
 template <class N>

@@ -17,6 +17,7 @@
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/concat.hpp"
+#include "gradix/expr/softmax_node.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <type_traits>
@@ -98,6 +99,11 @@ constexpr auto rebuild(concat_node<A, B, Axis> const& n, F const& f) {
   auto a = f.template apply<U>(n.lhs_);
   auto b = f.template apply<U>(n.rhs_);
   return concat_node<decltype(a), decltype(b), Axis>{a, b, n.shape_};
+}
+template <bool U, class F, class A, std::size_t Axis, bool Log>
+constexpr auto rebuild(softmax_node<A, Axis, Log> const& n, F const& f) {
+  auto a = f.template apply<U>(n.arg_);
+  return softmax_node<decltype(a), Axis, Log>{a};
 }
 template <bool U, class F, class A>
 constexpr auto rebuild(save_node<A> const& n, F const& f) {

@@ -9,6 +9,8 @@
 #include "gradix/backend/host/gemm.hpp"
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/op/math.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/grad/storage.hpp"
 
@@ -34,6 +36,14 @@ template <class P0, class PE, class SN>
 void run(ad::staged_use<P0, PE, SN> const& u);
 template <class P0, class PE, class SN>
 constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u);
+template <class G, class PX, class SN>
+constexpr void prepare(ad::softmax_use<G, PX, SN> const& u);
+template <class G, class PX, class SN>
+std::size_t scratch_bytes(ad::softmax_use<G, PX, SN> const& u);
+template <class G, class PX, class SN>
+void run(ad::softmax_use<G, PX, SN> const& u);
+template <class G, class PX, class SN>
+constexpr void run_serial(ad::softmax_use<G, PX, SN> const& u);
 template <class... P>
 constexpr void prepare(ad::let_use<P...> const& u);
 template <class... P>
@@ -176,7 +186,103 @@ constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
   adjoint_into<Serial>(u.p0_, u.node_->extra_.gout);
   run_elements<Serial>(u.pe());
 }
+
+/// A softmax's operand adjoint into its buffer gin, row by row from the adjoint g and the
+/// kept value: s (g - sum(g s)), or for log_softmax g - exp(l) sum(g); along a contiguous
+/// last axis in SIMD packs (the lanes of a row's sum combined in a fixed order).
+template <bool Serial, class G, class PX, class SN>
+constexpr void run_softmax(ad::softmax_use<G, PX, SN> const& u) {
+  auto const& sn = *u.node_;
+  using N = typename SN::node_type;
+  using T = value_type_t<N>;
+  using S = shape_of_t<N>;
+  constexpr std::size_t R = S::rank, Ax = N::axis;
+  T* const gin = sn.extra_.gin;
+  ev::evaluator<G> const ge(u.g_);
+  ev::evaluator<typename SN::buffer_type> const se(sn.buf_);
+  auto const ext = sn.shape().extents();
+  index_t const len = ext[Ax];
+  index_t stride = 1;
+  for (std::size_t j = Ax + 1; j < R; ++j) stride *= ext[j];
+  index_t const count = len > 0 ? sn.shape().size() / len : 0;
+  auto rows = [&](index_t r0, index_t r1) {
+    for (index_t r = r0; r < r1; ++r) {
+      coord<R> o{};
+      index_t q = r;
+      for (std::size_t j = R; j-- > 0;) {
+        if (j == Ax) continue;
+        o[j] = q % ext[j];
+        q /= ext[j];
+      }
+      index_t base = 0;
+      for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
+      T* const out = gin + base;
+      auto const gi = ge.template outer<int(Ax)>(o);
+      auto const si = se.template outer<int(Ax)>(o);
+      T acc = 0;
+      index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+      constexpr int W = simd::width<T>;
+      bool packs = !std::is_constant_evaluated() && !Serial && stride == 1;
+      using X = simd::pack<T, W>;
+      if (packs) {
+        X ap{};
+        for (; i + W <= len; i += W) {
+          if constexpr (N::log) ap += ev::pack_as<T, W>(gi, i);
+          else ap += ev::pack_as<T, W>(gi, i) * ev::pack_as<T, W>(si, i);
+        }
+        for (int w = 0; w < W; ++w) acc += ap[w];
+      }
+#endif
+      for (; i < len; ++i) {
+        if constexpr (N::log) acc += T(gi.elem(i));
+        else acc += T(gi.elem(i)) * T(si.elem(i));
+      }
+      i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+      if (packs) {
+        X const av = simd::splat<T, W>(acc);
+        for (; i + W <= len; i += W) {
+          X const g = ev::pack_as<T, W>(gi, i), s = ev::pack_as<T, W>(si, i);
+          if constexpr (N::log) simd::store<T, W>(out + i, X(g - op::exp::value(s) * av));
+          else simd::store<T, W>(out + i, X(s * (g - av)));
+        }
+      }
+#endif
+      for (; i < len; ++i) {
+        T const g = T(gi.elem(i)), s = T(si.elem(i));
+        if constexpr (N::log) out[i * stride] = T(g - op::exp::value(s) * acc);
+        else out[i * stride] = T(s * (g - acc));
+      }
+    }
+  };
+  if (std::is_constant_evaluated() || Serial) {
+    rows(0, count);
+  } else {
+    parallel_ranges(count, rows, std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, 4 * len)));
+  }
+  run_elements<Serial>(u.px());
+}
 }  // namespace detail
+
+template <class G, class PX, class SN>
+constexpr void prepare(ad::softmax_use<G, PX, SN> const& u) {
+  for_each_element(u.px(), [](auto const& e) { prepare(e); });
+}
+template <class G, class PX, class SN>
+std::size_t scratch_bytes(ad::softmax_use<G, PX, SN> const& u) {
+  std::size_t r = 0;
+  for_each_element(u.px(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
+  return r;
+}
+template <class G, class PX, class SN>
+void run(ad::softmax_use<G, PX, SN> const& u) {
+  detail::run_softmax<false>(u);
+}
+template <class G, class PX, class SN>
+constexpr void run_serial(ad::softmax_use<G, PX, SN> const& u) {
+  detail::run_softmax<true>(u);
+}
 
 template <class P0, class PE, class SN>
 constexpr void prepare(ad::staged_use<P0, PE, SN> const& u) {
@@ -222,6 +328,9 @@ constexpr void for_each_kernel(E& e, F&& f) {
   } else if constexpr (ad::is_staged<U>::value) {
     auto pe = e.pe();
     for_each_kernel(pe, f);
+  } else if constexpr (ad::is_softmax_use<U>::value) {
+    auto px = e.px();
+    for_each_kernel(px, f);
   } else if constexpr (ad::is_let_use<U>::value) {
     auto pb = e.pb();
     auto pz = e.pz();
