@@ -33,11 +33,12 @@ echo "PyTorch step ms per run: ${pt_ms[*]}  median $p"
 awk -v g="$g" -v p="$p" 'BEGIN {printf "gradix / PyTorch: %.2f (issue 32 point 4: at most 1.5)\n", g / p}'
 if [ "$steps" -gt 0 ]; then
   every=$((steps / 6))
+  a=$(mktemp) b=$(mktemp)
+  trap 'rm -f "$a" "$b"' EXIT
   "$build/examples/transformer" --data "$data" --threads 1 --epochs 1 --steps "$steps" --every "$every" --sample 0 \
-    | awk '/^step / {print $2, $4}' > /tmp/gradix_transformer_loss.$$
+    | awk '/^step / {print $2, $4}' > "$a"
   "$py" "$root/bench/transformer_torch.py" --data "$data" --threads 1 --steps "$steps" --every "$every" 2>/dev/null \
-    | awk '/^step / {print $2, $4}' > /tmp/torch_transformer_loss.$$
+    | awk '/^step / {print $2, $4}' > "$b"
   echo "step  gradix loss  PyTorch loss (same batches; each its own initial draw)"
-  join /tmp/gradix_transformer_loss.$$ /tmp/torch_transformer_loss.$$ | awk '{printf "%5d  %11.4f  %12.4f\n", $1, $2, $3}'
-  rm -f /tmp/gradix_transformer_loss.$$ /tmp/torch_transformer_loss.$$
+  paste -d ' ' "$a" "$b" | awk '{printf "%5d  %11.4f  %12.4f\n", $1, $2, $4}'
 fi
