@@ -39,7 +39,7 @@
 #include "gradix/eval/reduce.hpp"
 #include "gradix/eval/saved.hpp"
 #include "gradix/eval/take.hpp"
-#include "gradix/eval/softmax.hpp"
+#include "gradix/eval/row.hpp"
 #include "gradix/eval/pattern.hpp"
 #include "gradix/eval/concat.hpp"
 #include "gradix/backend/host/assign.hpp"

@@ -39,8 +39,8 @@ using TF = gx::tensor<float, shape<dyn, dyn>>;
 using VL = gx::tensor<std::int64_t, shape<dyn>>;
 static_assert(!gx::is_let_node<decltype(gx::cross_entropy(std::declval<PF&>(), std::declval<VL&>()).arg_)>::value);
 static_assert(gx::is_let_node<decltype(gx::cross_entropy(gx::matmul(std::declval<TF&>(), std::declval<PF&>()), std::declval<VL&>()).arg_)>::value);
-static_assert(gx::is_softmax_node<decltype(gx::softmax<1>(std::declval<PF&>() * 2.f + 1.f))>::value);
-static_assert(gx::is_softmax_node<decltype(gx::log_softmax<1>(gx::sum<2>(std::declval<gx::parameter<float, shape<dyn, dyn, dyn>>&>())))>::value);
+static_assert(gx::is_row_node<decltype(gx::softmax<1>(std::declval<PF&>() * 2.f + 1.f))>::value);
+static_assert(gx::is_row_node<decltype(gx::log_softmax<1>(gx::sum<2>(std::declval<gx::parameter<float, shape<dyn, dyn, dyn>>&>())))>::value);
 
 TEST_CASE("let: softmax family over a product equals the same over the materialised logits") {
   index_t const B = 9, K = 7, Cn = 5;
@@ -164,7 +164,7 @@ TEST_CASE("let: the operand is kept once, and its product planned once") {
   // softmax alone: kept, its operand's product planned once, under one softmax use
   using SM = decltype(gx::sum(gx::softmax<1>(gx::matmul(X, W1))));
   static_assert(gx::testing::products_in_v<gx::backward_plan_t<SM>> == 1);
-  static_assert(gx::testing::softmaxes_in_v<gx::backward_plan_t<SM>> == 1);
+  static_assert(gx::testing::rows_in_v<gx::backward_plan_t<SM>> == 1);
   // buffers: products (B x H, B x Cn) + copy of relu(X W1) (B x H) + logits (B x Cn) + row
   // stats, and in a backward call the adjoints of the products, of the product operands and
   // of the logits

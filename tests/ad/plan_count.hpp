@@ -25,8 +25,8 @@ template <template <class> class Is, class P0, class PE, class SN>
 struct count_in<Is, ad::staged_use<P0, PE, SN>>
     : std::integral_constant<int, (Is<ad::staged_use<P0, PE, SN>>::value ? 1 : 0) + count_in<Is, PE>::value> {};
 template <template <class> class Is, class G, class PX, class SN>
-struct count_in<Is, ad::softmax_use<G, PX, SN>>
-    : std::integral_constant<int, (Is<ad::softmax_use<G, PX, SN>>::value ? 1 : 0) + count_in<Is, PX>::value> {};
+struct count_in<Is, ad::row_use<G, PX, SN>>
+    : std::integral_constant<int, (Is<ad::row_use<G, PX, SN>>::value ? 1 : 0) + count_in<Is, PX>::value> {};
 
 /// Matrix products, lets and softmaxes in a plan.
 template <class P>
@@ -34,6 +34,6 @@ inline constexpr int products_in_v = count_in<ad::is_product, P>::value;
 template <class P>
 inline constexpr int lets_in_v = count_in<ad::is_let_use, P>::value;
 template <class P>
-inline constexpr int softmaxes_in_v = count_in<ad::is_softmax_use, P>::value;
+inline constexpr int rows_in_v = count_in<ad::is_row_use, P>::value;
 
 }  // namespace gradix::testing

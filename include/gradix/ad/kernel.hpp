@@ -17,7 +17,7 @@
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/concat.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <cstdint>
@@ -377,8 +377,8 @@ struct eval_cost<segment_sum_node<A, I>> : std::integral_constant<std::size_t, 1
 template <class A, class B>
 struct eval_cost<matmul_node<A, B>>
     : std::integral_constant<std::size_t, 1 + reduction_weight * (eval_cost<A>::value + eval_cost<B>::value)> {};
-template <class A, std::size_t Axis, bool Log>
-struct eval_cost<softmax_node<A, Axis, Log>>
+template <class A, std::size_t Axis, row_kind K>
+struct eval_cost<row_node<A, Axis, K>>
     : std::integral_constant<std::size_t, 1 + reduction_weight * eval_cost<A>::value> {};
 template <class A, class B, std::size_t Axis>
 struct eval_cost<concat_node<A, B, Axis>>

@@ -47,7 +47,7 @@ constexpr auto staged_plan(SN const& n);
 template <class LN>
 constexpr auto let_operand_plan(LN const& n);
 template <class SN>
-constexpr auto softmax_operand_plan(SN const& n);
+constexpr auto row_operand_plan(SN const& n);
 template <class LN, class D, class V, class M>
 constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m);
 
@@ -102,26 +102,26 @@ struct is_let_use : std::false_type {};
 template <class PB, class PZ, class G, class LN, class D, class V, class M>
 struct is_let_use<let_use<PB, PZ, G, LN, D, V, M>> : std::true_type {};
 
-/// The plan element of a kept softmax SN (expr/softmax_node.hpp) whose adjoint is the buffer
-/// g_ (a view of its shape, read at the identity): the operand's adjoint written into the
-/// node's buffer gin, row by row from g_ and the kept value, then px(), the operand's plan
-/// pushed from gin.
+/// The plan element of a kept row node SN (expr/row.hpp: softmax, log_softmax, the norms)
+/// whose adjoint is the buffer g_ (a view of its shape, read at the identity): the operand's
+/// adjoint written into the node's buffer gin, row by row from g_ and the kept value, then
+/// px(), the operand's plan pushed from gin.
 template <class G, class PX, class SN>
-struct softmax_use {
+struct row_use {
   G g_;
   SN const* node_;
-  constexpr PX px() const { return softmax_operand_plan(*node_); }
+  constexpr PX px() const { return row_operand_plan(*node_); }
 };
 template <class U>
-struct is_softmax_use : std::false_type {};
+struct is_row_use : std::false_type {};
 template <class G, class PX, class SN>
-struct is_softmax_use<softmax_use<G, PX, SN>> : std::true_type {};
+struct is_row_use<row_use<G, PX, SN>> : std::true_type {};
 
 /// Plan elements that write a workspace buffer first (products, staged uses, lets, softmax
 /// uses): neither a plain, fused nor multi use.
 template <class U>
 inline constexpr bool materialises_v =
-    is_product<U>::value || is_staged<U>::value || is_let_use<U>::value || is_softmax_use<U>::value;
+    is_product<U>::value || is_staged<U>::value || is_let_use<U>::value || is_row_use<U>::value;
 
 /// Whether plan element (or plan) U holds a kernel whose target has type G (types only).
 template <class G, class U>
@@ -139,7 +139,7 @@ struct writes_target<G, product_use<P0, PA, PB, SN>>
 template <class G, class P0, class PE, class SN>
 struct writes_target<G, staged_use<P0, PE, SN>> : writes_target<G, PE> {};
 template <class G, class G2, class PX, class SN>
-struct writes_target<G, softmax_use<G2, PX, SN>> : writes_target<G, PX> {};
+struct writes_target<G, row_use<G2, PX, SN>> : writes_target<G, PX> {};
 template <class G, class PB, class PZ, class G2, class LN, class D, class V, class M>
 struct writes_target<G, let_use<PB, PZ, G2, LN, D, V, M>>
     : std::bool_constant<writes_target<G, PB>::value || writes_target<G, PZ>::value> {};

@@ -35,7 +35,7 @@
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
@@ -439,8 +439,8 @@ template <class A, class I, class D, class V, class M>
 constexpr auto push(segment_sum_node<A, I> const& n, D const& dom, V const& v, M const& m);
 template <class A, class B, std::size_t Axis, class D, class V, class M>
 constexpr auto push(concat_node<A, B, Axis> const& n, D const& dom, V const& v, M const& m);
-template <class A, std::size_t Axis, bool Log, class D, class V, class M>
-constexpr auto push(softmax_node<A, Axis, Log> const&, D const&, V const&, M const&);
+template <class A, std::size_t Axis, row_kind K, class D, class V, class M>
+constexpr auto push(row_node<A, Axis, K> const&, D const&, V const&, M const&);
 template <class Z, class Z2, class B, class D, class V, class M>
 constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m);
 template <class Z, class D, class V, class M>
@@ -663,7 +663,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
                   compose_kept_argmax<N::mask, N::keep, shape_of_t<A>::rank, RO>(
                       n.argmax_, n.node().shape().extents(), m));
     }
-  } else if constexpr (is_softmax_node<N>::value) {
+  } else if constexpr (is_row_node<N>::value) {
     // a kept softmax: its backward reads the adjoint from a buffer of its shape (the adjoint
     // itself when it is one, read at the identity; else the node's gout, written first)
     constexpr std::size_t R = shape_of_t<N>::rank;
@@ -671,8 +671,8 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     if constexpr (!reaches_param_v<N> || !detail::differentiable_v<N>) {
       return tuple<>{};
     } else if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
-      using PX = decltype(softmax_operand_plan(n));
-      return make_tuple(softmax_use<V, PX, SN>{v, &n});
+      using PX = decltype(row_operand_plan(n));
+      return make_tuple(row_use<V, PX, SN>{v, &n});
     } else {
       using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;
       using P0 = use<D, V, M, GO>;
@@ -785,10 +785,10 @@ constexpr auto push(concat_node<A, B, Axis> const& n, D const&, V const& g, M co
     return tuple<>{};
   }
 }
-template <class A, std::size_t Axis, bool Log, class D, class V, class M>
-constexpr auto push(softmax_node<A, Axis, Log> const&, D const&, V const&, M const&) {
+template <class A, std::size_t Axis, row_kind K, class D, class V, class M>
+constexpr auto push(row_node<A, Axis, K> const&, D const&, V const&, M const&) {
   static_assert(sizeof(A) == 0,
-                "gradix internal: a softmax is planned only through the API's save transform "
+                "gradix internal: a row node (softmax, a norm) is planned only through the API's save transform "
                 "(gx::backward_plan_t), which keeps its value");
   return tuple<>{};
 }
@@ -894,7 +894,7 @@ constexpr auto product_plan_b(SN const& n) {
   return detail::product_operand_plan(n.node().rhs_, n.extra_.gb);
 }
 template <class SN>
-constexpr auto softmax_operand_plan(SN const& n) {
+constexpr auto row_operand_plan(SN const& n) {
   using N = typename SN::node_type;
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
@@ -911,9 +911,9 @@ constexpr auto staged_plan(SN const& n) {
   GV gout(n.extra_.gout.data(), n.shape());
   if constexpr (is_segment_sum_node<N>::value) {
     return detail::segment_scatter(n, gout);
-  } else if constexpr (is_softmax_node<N>::value) {
-    using PX = decltype(softmax_operand_plan(n));
-    return make_tuple(softmax_use<GV, PX, SN>{gout, &n});
+  } else if constexpr (is_row_node<N>::value) {
+    using PX = decltype(row_operand_plan(n));
+    return make_tuple(row_use<GV, PX, SN>{gout, &n});
   } else {
     return push(n.node(), n.shape(), gout, identity_map<S::rank>());
   }

@@ -56,7 +56,7 @@ struct needs_argmax<reduce_node<op::max_of, detach_node<A>, Mask, Keep>> : std::
 template <class N, bool Under>
 inline constexpr bool keeps_value_v =
     is_save_node<N>::value || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
-    is_concat_node<N>::value || is_kept_reshape<N>::value || is_softmax_node<N>::value || (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
+    is_concat_node<N>::value || is_kept_reshape<N>::value || is_row_node<N>::value || (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
 
 /// Do N's operands sit under a reduction or a save mark? (A product's operands are read once
 /// per element, into the product or into a buffer first: as under a reduction.)
@@ -64,7 +64,7 @@ template <class N>
 inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_argmax_node<N>::value ||
                                          is_save_node<N>::value || is_matmul_node<N>::value ||
                                          is_segment_sum_node<N>::value || is_concat_node<N>::value ||
-                                         is_kept_reshape<N>::value || is_softmax_node<N>::value;
+                                         is_kept_reshape<N>::value || is_row_node<N>::value;
 
 template <class N, bool Under = true>
 struct buffer_count;

@@ -129,7 +129,7 @@ inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_u
 template <class P0, class PE, class SN>
 inline constexpr std::size_t uses_in_v<ad::staged_use<P0, PE, SN>> = plan_uses<PE>::value;
 template <class G, class PX, class SN>
-inline constexpr std::size_t uses_in_v<ad::softmax_use<G, PX, SN>> = plan_uses<PX>::value;
+inline constexpr std::size_t uses_in_v<ad::row_use<G, PX, SN>> = plan_uses<PX>::value;
 template <class PB, class PZ, class... R>
 inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, R...>> = plan_uses<PB>::value + plan_uses<PZ>::value;
 template <class U1, class U2>

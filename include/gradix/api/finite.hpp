@@ -24,8 +24,8 @@
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/bag.hpp"
 #include "gradix/eval/matmul.hpp"
-#include "gradix/eval/softmax.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/eval/row.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/visit.hpp"
 #include "gradix/grad/storage.hpp"
 
@@ -154,9 +154,9 @@ template <class T, class P, class S>
 struct node_label_of<one_hot_node<T, P, S>> {
   static constexpr char const* get() { return "one_hot"; }
 };
-template <class A, std::size_t Axis, bool Log>
-struct node_label_of<softmax_node<A, Axis, Log>> {
-  static constexpr char const* get() { return Log ? "log_softmax" : "softmax"; }
+template <class A, std::size_t Axis, row_kind K>
+struct node_label_of<row_node<A, Axis, K>> {
+  static constexpr char const* get() { return row_kind_name(K); }
 };
 template <class L, class R, std::size_t Axis>
 struct node_label_of<concat_node<L, R, Axis>> {

@@ -24,7 +24,7 @@
 #include "gradix/eval/let.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/saved.hpp"
-#include "gradix/eval/softmax.hpp"
+#include "gradix/eval/row.hpp"
 #include "gradix/op/math.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/bag.hpp"
@@ -447,8 +447,13 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
       if (z.argmax) z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
   }
   if constexpr (is_matmul_node<N>::value) count_product(n, z);
-  if constexpr (is_softmax_node<N>::value && ad::reaches_param_v<N>) {
-    if (z.argmax) z.template add<value_type_t<N>>(2 * std::size_t(n.shape().size()));  // gout, gin
+  if constexpr (is_row_node<N>::value) {
+    if constexpr (N::norm) {  // r per row
+      index_t const len = n.shape().extent(N::axis);
+      z.template add<value_type_t<N>>(std::size_t(len > 0 ? n.shape().size() / len : 0));
+    }
+    if constexpr (ad::reaches_param_v<N>)
+      if (z.argmax) z.template add<value_type_t<N>>(2 * std::size_t(n.shape().size()));  // gout, gin
   }
   if constexpr (is_segment_sum_node<N>::value) {
     if (z.argmax) {  // bag_of and scale per position, the adjoint of the result
@@ -542,12 +547,14 @@ constexpr auto keep_segments(N const& n, saved_space& s) {
   r.extra_.gout = workspace_grad<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
   return r;
 }
-/// The rows of softmax node n over its axis into row-major c, each row in three passes over
-/// its operand: the max, the exponentials (written) and their sum, then the quotients (or,
-/// for log_softmax, x - m - log(sum)); rows in parallel. Along a contiguous last axis the
-/// passes run in SIMD packs, the lanes of the max and of the sum combined in a fixed order.
+/// The rows of row node n (expr/row.hpp) over its axis into row-major c, rows in parallel.
+/// softmax: three passes over the operand (the max, the exponentials written and summed,
+/// the quotients; log_softmax: x - m - log(sum)); the norms: the mean (layer norm), the sum
+/// of squared deviations, then (x - mean) / sqrt(var + eps), and 1 / sqrt(var + eps) per row
+/// into rstd. Along a contiguous last axis the passes run in SIMD packs, the lanes of each
+/// sum combined in a fixed order.
 template <class N, class T>
-constexpr void softmax_values(N const& n, T* c) {
+constexpr void row_values(N const& n, T* c, T* rstd) {
   using S = shape_of_t<N>;
   constexpr std::size_t R = S::rank, Ax = N::axis;
   ev::evaluator<std::remove_cvref_t<decltype(n.arg_)>> const ev(n.arg_);
@@ -556,6 +563,7 @@ constexpr void softmax_values(N const& n, T* c) {
   index_t stride = 1;  // of the axis in c
   for (std::size_t j = Ax + 1; j < R; ++j) stride *= ext[j];
   index_t const count = len > 0 ? n.shape().size() / len : 0;
+  T const eps = n.eps_;
   auto rows = [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
       coord<R> o{};  // row r: the coordinates other than Ax, row-major
@@ -569,44 +577,80 @@ constexpr void softmax_values(N const& n, T* c) {
       for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
       T* const out = c + base;
       auto const in = ev.template outer<int(Ax)>(o);
-      T m = op::max_of::identity<T>();
-      T sum = 0;
-      index_t i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
       constexpr int W = simd::width<T>;
+      using X = simd::pack<T, W>;
       bool packs = !std::is_constant_evaluated() && stride == 1;
-      if (packs) {
-        using X = simd::pack<T, W>;
-        X mp = simd::splat<T, W>(op::max_of::identity<T>());
-        for (; i + W <= len; i += W) mp = op::max_of::combine(mp, ev::pack_as<T, W>(in, i));
-        for (int w = 0; w < W; ++w) m = op::max_of::combine(m, T(mp[w]));
-      }
 #endif
-      for (; i < len; ++i) m = op::max_of::combine(m, T(in.elem(i)));
-      i = 0;
+      // sum over the row of f(x), f on a T or a pack
+      auto row_sum = [&](auto&& f) {
+        T acc = 0;
+        index_t i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-      if (packs) {
-        using X = simd::pack<T, W>;
-        X sp{};
-        X const mv = simd::splat<T, W>(m);
-        for (; i + W <= len; i += W) {
-          X e = op::exp::value(X(ev::pack_as<T, W>(in, i) - mv));
-          simd::store<T, W>(out + i, e);
-          sp += e;
+        if (packs) {
+          X a{};
+          for (; i + W <= len; i += W) a += f(X(ev::pack_as<T, W>(in, i)));
+          for (int w = 0; w < W; ++w) acc += a[w];
         }
-        for (int w = 0; w < W; ++w) sum += sp[w];
-      }
 #endif
-      for (; i < len; ++i) {
-        T e = op::exp::value(T(T(in.elem(i)) - m));
-        out[i * stride] = e;
-        sum += e;
-      }
-      if constexpr (N::log) {
-        T const ls = op::log::value(sum);
-        for (index_t k = 0; k < len; ++k) out[k * stride] = T(T(T(in.elem(k)) - m) - ls);
+        for (; i < len; ++i) acc += f(T(in.elem(i)));
+        return acc;
+      };
+      // out[i] = f(x_i), f on a T or a pack
+      auto row_write = [&](auto&& f) {
+        index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if (packs)
+          for (; i + W <= len; i += W) simd::store<T, W>(out + i, f(X(ev::pack_as<T, W>(in, i))));
+#endif
+        for (; i < len; ++i) out[i * stride] = f(T(in.elem(i)));
+      };
+      if constexpr (N::norm) {
+        T mean = 0;
+        if constexpr (N::kind == row_kind::layer_norm) mean = T(row_sum([](auto x) { return x; }) / T(len));
+        T const var = T(row_sum([&](auto x) {
+                          auto d = x - mean;
+                          return d * d;
+                        }) /
+                        T(len));
+        T const sd = op::sqrt::value(T(var + eps));
+        rstd[r] = T(T(1) / sd);
+        row_write([&](auto x) { return decltype(x)((x - mean) / sd); });
       } else {
-        for (index_t k = 0; k < len; ++k) out[k * stride] = T(out[k * stride] / sum);
+        T m = op::max_of::identity<T>();
+        index_t i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if (packs) {
+          X mp = simd::splat<T, W>(op::max_of::identity<T>());
+          for (; i + W <= len; i += W) mp = op::max_of::combine(mp, X(ev::pack_as<T, W>(in, i)));
+          for (int w = 0; w < W; ++w) m = op::max_of::combine(m, T(mp[w]));
+        }
+#endif
+        for (; i < len; ++i) m = op::max_of::combine(m, T(in.elem(i)));
+        T sum = 0;
+        i = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if (packs) {
+          X sp{};
+          for (; i + W <= len; i += W) {
+            X e = op::exp::value(X(X(ev::pack_as<T, W>(in, i)) - m));
+            simd::store<T, W>(out + i, e);
+            sp += e;
+          }
+          for (int w = 0; w < W; ++w) sum += sp[w];
+        }
+#endif
+        for (; i < len; ++i) {
+          T e = op::exp::value(T(T(in.elem(i)) - m));
+          out[i * stride] = e;
+          sum += e;
+        }
+        if constexpr (N::kind == row_kind::log_softmax) {
+          T const ls = op::log::value(sum);
+          for (index_t k = 0; k < len; ++k) out[k * stride] = T(T(T(in.elem(k)) - m) - ls);
+        } else {
+          for (index_t k = 0; k < len; ++k) out[k * stride] = T(out[k * stride] / sum);
+        }
       }
     }
   };
@@ -616,17 +660,23 @@ constexpr void softmax_values(N const& n, T* c) {
     host::parallel_ranges(count, rows, std::max<index_t>(1, host::parallel_min_elements / std::max<index_t>(1, 4 * len)));
   }
 }
-/// A softmax kept: its rows (softmax_values), and in a backward call the buffers of its
-/// adjoint and of its operand's.
+/// A row node kept: its rows (row_values; the norms' factor per row too), and in a backward
+/// call the buffers of its adjoint and of its operand's.
 template <class N>
-constexpr auto keep_softmax(N const& n, saved_space& s) {
+constexpr auto keep_row(N const& n, saved_space& s) {
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
   using L = saved_layout_t<N>;
   T* c = s.template take<T>(std::size_t(n.shape().size()));
-  softmax_values(n, c);
+  T* rstd = nullptr;
+  if constexpr (N::norm) {
+    index_t const len = n.shape().extent(N::axis);
+    rstd = s.template take<T>(std::size_t(len > 0 ? n.shape().size() / len : 0));
+  }
+  row_values(n, c, rstd);
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, host_space>(c, n.shape()))};
+  r.extra_.rstd = rstd;
   if constexpr (ad::reaches_param_v<N>) {
     if (s.argmax()) {
       r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
@@ -668,7 +718,7 @@ constexpr auto keep_value(N const& n, saved_space& s) {
   if constexpr (is_matmul_node<N>::value) return keep_product(n, s);
   else if constexpr (is_kept_reshape<N>::value) return keep_reshape(n, s);
   else if constexpr (is_segment_sum_node<N>::value) return keep_segments(n, s);
-  else if constexpr (is_softmax_node<N>::value) return keep_softmax(n, s);
+  else if constexpr (is_row_node<N>::value) return keep_row(n, s);
   else return keep_value_assigned(n, s);
 }
 template <class N>

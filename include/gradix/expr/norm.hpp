@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Normalization layers over one axis (docs/ops.md, "Normalization"), built from means and
-/// gx::let (api/let.hpp) so that every value they read more than once is computed once:
+/// Normalization layers over one axis (docs/ops.md, "Normalization"): row nodes
+/// (expr/row.hpp), kept by every call, each row's statistics computed once, the backward read
+/// from the kept value and the per-row factor:
 ///
 ///   layer_norm<Axis>(x, eps)                 (x - mean(x)) / sqrt(mean((x - mean)^2) + eps)
 ///   layer_norm<Axis>(x, gamma, beta, eps)    the same, times gamma, plus beta
@@ -11,9 +12,8 @@
 /// The statistics are over axis Axis (default -1, the last; negative counts from the end);
 /// gamma and beta are vectors with that axis's extent, broadcast along the other axes. The
 /// variance is the biased one (divided by the extent), as in PyTorch's LayerNorm; eps
-/// defaults to 1e-5 (LayerNorm's) for layer_norm and 1e-6 for rms_norm. Gradients are those
-/// of the expression: the reductions' adjoints are staged once per row (docs/ad.md,
-/// "Adjoints of reductions"), the shared centred value is a let.
+/// defaults to 1e-5 (LayerNorm's) for layer_norm and 1e-6 for rms_norm. The affine
+/// parameters are an elementwise product and sum around the row node.
 
 #include "gradix/api/let.hpp"
 #include "gradix/config.hpp"
@@ -22,6 +22,7 @@
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <cstddef>
@@ -68,15 +69,11 @@ constexpr auto affine_operand(X const& x, G&& g, char const* op, char const* nam
 
 template <std::size_t Ax, class X, class T>
 constexpr auto layer_norm_of(X const& x, T eps) {
-  return let(x, [&](auto const& v) {
-    return let(v - mean<int(Ax)>(v, keep_dims), [&](auto const& c) {
-      return c / sqrt(mean<int(Ax)>(square(c), keep_dims) + eps);
-    });
-  });
+  return row_node<X, Ax, row_kind::layer_norm>{x, value_type_t<X>(eps)};
 }
 template <std::size_t Ax, class X, class T>
 constexpr auto rms_norm_of(X const& x, T eps) {
-  return let(x, [&](auto const& v) { return v / sqrt(mean<int(Ax)>(square(v), keep_dims) + eps); });
+  return row_node<X, Ax, row_kind::rms_norm>{x, value_type_t<X>(eps)};
 }
 }  // namespace detail
 

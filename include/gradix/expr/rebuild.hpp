@@ -17,7 +17,7 @@
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/concat.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
 
 #include <type_traits>
@@ -100,10 +100,10 @@ constexpr auto rebuild(concat_node<A, B, Axis> const& n, F const& f) {
   auto b = f.template apply<U>(n.rhs_);
   return concat_node<decltype(a), decltype(b), Axis>{a, b, n.shape_};
 }
-template <bool U, class F, class A, std::size_t Axis, bool Log>
-constexpr auto rebuild(softmax_node<A, Axis, Log> const& n, F const& f) {
+template <bool U, class F, class A, std::size_t Axis, row_kind K>
+constexpr auto rebuild(row_node<A, Axis, K> const& n, F const& f) {
   auto a = f.template apply<U>(n.arg_);
-  return softmax_node<decltype(a), Axis, Log>{a};
+  return row_node<decltype(a), Axis, K>{a, n.eps_};
 }
 template <bool U, class F, class A>
 constexpr auto rebuild(save_node<A> const& n, F const& f) {

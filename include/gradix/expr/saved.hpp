@@ -21,7 +21,7 @@
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/reduce.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
 #include "gradix/grad/workspace.hpp"
 
@@ -82,10 +82,10 @@ struct saved_extra<concat_node<L, R, Axis>> {
   using N = concat_node<L, R, Axis>;
   using type = reduction_state<value_type_t<N>, shape_of_t<N>>;
 };
-template <class A, std::size_t Axis, bool Log>
-struct saved_extra<softmax_node<A, Axis, Log>> {
-  using N = softmax_node<A, Axis, Log>;
-  using type = softmax_state<value_type_t<N>, shape_of_t<N>>;
+template <class A, std::size_t Axis, row_kind K>
+struct saved_extra<row_node<A, Axis, K>> {
+  using N = row_node<A, Axis, K>;
+  using type = row_state<value_type_t<N>, shape_of_t<N>>;
 };
 /// A kept reshape's adjoint buffer, as a concat's.
 template <class A, class S>

@@ -28,7 +28,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
-#include "gradix/expr/softmax_node.hpp"
+#include "gradix/expr/row.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
@@ -76,7 +76,7 @@ constexpr auto logsumexp(X&& x, keep_dims_t) {
 }
 
 namespace detail {
-template <int Axis, bool Log, class X>
+template <int Axis, row_kind K, class X>
 constexpr auto make_softmax(X&& x) {
   auto a = as_node(static_cast<X&&>(x));
   using A = decltype(a);
@@ -85,17 +85,17 @@ constexpr auto make_softmax(X&& x) {
   static_assert(R > 0, "gradix::softmax / log_softmax: the operand has no axis");
   static_assert(R == 0 || normalize_axis_v<Axis, R> < R, "gradix::softmax / log_softmax: the axis is out of range");
   if constexpr (R == 0 || normalize_axis_v<Axis, R> >= R) return a;  // a static_assert has fired
-  else return softmax_node<A, normalize_axis_v<Axis, R>, Log>{a};
+  else return row_node<A, normalize_axis_v<Axis, R>, K>{a, value_type_t<A>(0)};
 }
 }  // namespace detail
 
 /// exp(x) / sum(exp(x)) over one axis, computed as exp(x - m) / sum(exp(x - m)) (m the max:
 /// exp(x - logsumexp) would lose |logsumexp| x epsilon to the rounding of logsumexp). Every
 /// call keeps the result (one pass for the max, one for the exponentials and their sum, one
-/// for the quotients), and the backward reads it (expr/softmax_node.hpp): s (g - sum(g s)).
+/// for the quotients), and the backward reads it (expr/row.hpp): s (g - sum(g s)).
 template <int Axis, operand X>
 constexpr auto softmax(X&& x) {
-  return detail::make_softmax<Axis, false>(static_cast<X&&>(x));
+  return detail::make_softmax<Axis, row_kind::softmax>(static_cast<X&&>(x));
 }
 
 /// x - logsumexp(x) over one axis, computed as (x - m) - log(sum(exp(x - m))): the log of
@@ -103,7 +103,7 @@ constexpr auto softmax(X&& x) {
 /// backward g - exp(l) sum(g).
 template <int Axis, operand X>
 constexpr auto log_softmax(X&& x) {
-  return detail::make_softmax<Axis, true>(static_cast<X&&>(x));
+  return detail::make_softmax<Axis, row_kind::log_softmax>(static_cast<X&&>(x));
 }
 
 namespace detail {

@@ -37,13 +37,13 @@ void run(ad::staged_use<P0, PE, SN> const& u);
 template <class P0, class PE, class SN>
 constexpr void run_serial(ad::staged_use<P0, PE, SN> const& u);
 template <class G, class PX, class SN>
-constexpr void prepare(ad::softmax_use<G, PX, SN> const& u);
+constexpr void prepare(ad::row_use<G, PX, SN> const& u);
 template <class G, class PX, class SN>
-std::size_t scratch_bytes(ad::softmax_use<G, PX, SN> const& u);
+std::size_t scratch_bytes(ad::row_use<G, PX, SN> const& u);
 template <class G, class PX, class SN>
-void run(ad::softmax_use<G, PX, SN> const& u);
+void run(ad::row_use<G, PX, SN> const& u);
 template <class G, class PX, class SN>
-constexpr void run_serial(ad::softmax_use<G, PX, SN> const& u);
+constexpr void run_serial(ad::row_use<G, PX, SN> const& u);
 template <class... P>
 constexpr void prepare(ad::let_use<P...> const& u);
 template <class... P>
@@ -187,11 +187,11 @@ constexpr void run_staged(ad::staged_use<P0, PE, SN> const& u) {
   run_elements<Serial>(u.pe());
 }
 
-/// A softmax's operand adjoint into its buffer gin, row by row from the adjoint g and the
-/// kept value: s (g - sum(g s)), or for log_softmax g - exp(l) sum(g); along a contiguous
-/// last axis in SIMD packs (the lanes of a row's sum combined in a fixed order).
+/// A row node's operand adjoint into its buffer gin, row by row from the adjoint g and the
+/// kept value (expr/row.hpp has the formulas); along a contiguous last axis in SIMD packs
+/// (the lanes of a row's sums combined in a fixed order).
 template <bool Serial, class G, class PX, class SN>
-constexpr void run_softmax(ad::softmax_use<G, PX, SN> const& u) {
+constexpr void run_row(ad::row_use<G, PX, SN> const& u) {
   auto const& sn = *u.node_;
   using N = typename SN::node_type;
   using T = value_type_t<N>;
@@ -219,41 +219,50 @@ constexpr void run_softmax(ad::softmax_use<G, PX, SN> const& u) {
       T* const out = gin + base;
       auto const gi = ge.template outer<int(Ax)>(o);
       auto const si = se.template outer<int(Ax)>(o);
-      T acc = 0;
+      constexpr row_kind K = N::kind;
+      constexpr bool need_g = K == row_kind::log_softmax || K == row_kind::layer_norm;  // sum(g)
+      constexpr bool need_gs = K != row_kind::log_softmax;                              // sum(g s)
+      T sg = 0, sgs = 0;
       index_t i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
       constexpr int W = simd::width<T>;
       bool packs = !std::is_constant_evaluated() && !Serial && stride == 1;
       using X = simd::pack<T, W>;
       if (packs) {
-        X ap{};
+        X ag{}, ags{};
         for (; i + W <= len; i += W) {
-          if constexpr (N::log) ap += ev::pack_as<T, W>(gi, i);
-          else ap += ev::pack_as<T, W>(gi, i) * ev::pack_as<T, W>(si, i);
+          X const g = ev::pack_as<T, W>(gi, i);
+          if constexpr (need_g) ag += g;
+          if constexpr (need_gs) ags += g * X(ev::pack_as<T, W>(si, i));
         }
-        for (int w = 0; w < W; ++w) acc += ap[w];
+        for (int w = 0; w < W; ++w) {
+          sg += ag[w];
+          sgs += ags[w];
+        }
       }
 #endif
       for (; i < len; ++i) {
-        if constexpr (N::log) acc += T(gi.elem(i));
-        else acc += T(gi.elem(i)) * T(si.elem(i));
+        T const g = T(gi.elem(i));
+        if constexpr (need_g) sg += g;
+        if constexpr (need_gs) sgs += g * T(si.elem(i));
       }
+      T const rs = N::norm ? sn.extra_.rstd[r] : T(1);
+      T const mg = N::norm ? T(sg / T(len)) : sg, mgs = N::norm ? T(sgs / T(len)) : sgs;
+      // the operand's adjoint at one element (a T or a pack): g the adjoint, s the kept value
+      auto dx = [&](auto g, auto s) {
+        using Y = decltype(g);
+        if constexpr (K == row_kind::softmax) return Y(s * (g - sgs));
+        else if constexpr (K == row_kind::log_softmax) return Y(g - op::exp::value(s) * sg);
+        else if constexpr (K == row_kind::layer_norm) return Y(rs * (g - mg - s * mgs));
+        else return Y(rs * (g - s * mgs));
+      };
       i = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-      if (packs) {
-        X const av = simd::splat<T, W>(acc);
-        for (; i + W <= len; i += W) {
-          X const g = ev::pack_as<T, W>(gi, i), s = ev::pack_as<T, W>(si, i);
-          if constexpr (N::log) simd::store<T, W>(out + i, X(g - op::exp::value(s) * av));
-          else simd::store<T, W>(out + i, X(s * (g - av)));
-        }
-      }
+      if (packs)
+        for (; i + W <= len; i += W)
+          simd::store<T, W>(out + i, dx(X(ev::pack_as<T, W>(gi, i)), X(ev::pack_as<T, W>(si, i))));
 #endif
-      for (; i < len; ++i) {
-        T const g = T(gi.elem(i)), s = T(si.elem(i));
-        if constexpr (N::log) out[i * stride] = T(g - op::exp::value(s) * acc);
-        else out[i * stride] = T(s * (g - acc));
-      }
+      for (; i < len; ++i) out[i * stride] = dx(T(gi.elem(i)), T(si.elem(i)));
     }
   };
   if (std::is_constant_evaluated() || Serial) {
@@ -266,22 +275,22 @@ constexpr void run_softmax(ad::softmax_use<G, PX, SN> const& u) {
 }  // namespace detail
 
 template <class G, class PX, class SN>
-constexpr void prepare(ad::softmax_use<G, PX, SN> const& u) {
+constexpr void prepare(ad::row_use<G, PX, SN> const& u) {
   for_each_element(u.px(), [](auto const& e) { prepare(e); });
 }
 template <class G, class PX, class SN>
-std::size_t scratch_bytes(ad::softmax_use<G, PX, SN> const& u) {
+std::size_t scratch_bytes(ad::row_use<G, PX, SN> const& u) {
   std::size_t r = 0;
   for_each_element(u.px(), [&](auto const& e) { r = std::max(r, scratch_bytes(e)); });
   return r;
 }
 template <class G, class PX, class SN>
-void run(ad::softmax_use<G, PX, SN> const& u) {
-  detail::run_softmax<false>(u);
+void run(ad::row_use<G, PX, SN> const& u) {
+  detail::run_row<false>(u);
 }
 template <class G, class PX, class SN>
-constexpr void run_serial(ad::softmax_use<G, PX, SN> const& u) {
-  detail::run_softmax<true>(u);
+constexpr void run_serial(ad::row_use<G, PX, SN> const& u) {
+  detail::run_row<true>(u);
 }
 
 template <class P0, class PE, class SN>
@@ -328,7 +337,7 @@ constexpr void for_each_kernel(E& e, F&& f) {
   } else if constexpr (ad::is_staged<U>::value) {
     auto pe = e.pe();
     for_each_kernel(pe, f);
-  } else if constexpr (ad::is_softmax_use<U>::value) {
+  } else if constexpr (ad::is_row_use<U>::value) {
     auto px = e.px();
     for_each_kernel(px, f);
   } else if constexpr (ad::is_let_use<U>::value) {
