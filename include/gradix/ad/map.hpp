@@ -236,9 +236,9 @@ struct injective_by_parts<tuple<Ax...>, RD> {
         if (!(part_ok<K>() && ...)) return false;
         array<std::size_t, N> const parts{{part<K>()...}};
         array<array<bool, RD>, N> const deps{{dep_row<K>()...}};
-        for (std::size_t j = 0; j < RD; ++j) {
+        for (std::size_t j = 0; j != RD; ++j) {  // (!=: RD may be 0)
           std::size_t first = N;
-          for (std::size_t k = 0; k < N; ++k) {
+          for (std::size_t k = 0; k != N; ++k) {
             if (!deps[k][j]) continue;
             if (first == N) first = parts[k];
             else if (parts[k] != first) return false;

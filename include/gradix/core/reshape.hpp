@@ -34,18 +34,18 @@ struct reshape_plan {
 
   constexpr reshape_plan() = default;
   constexpr reshape_plan(array<index_t, RO> const& out, array<index_t, RI> const& in) : out_ext_(out), in_ext_(in) {
-    for (std::size_t k = 0; k < RO; ++k)
+    for (std::size_t k = 0; k != RO; ++k)
       if (out[k] <= 0) return;  // empty: nothing is evaluated; keep the general form
     std::size_t i = 0, j = 0;
-    for (std::size_t q = 0; q < RI; ++q) {
+    for (std::size_t q = 0; q != RI; ++q) {
       lo_[q] = hi_[q] = 0;
       div_[q] = 1;
       mod_[q] = 0;
     }
     for (;;) {
       // axes of extent 1 belong to no group: an output one adds 0, an operand one reads 0
-      while (i < RO && out[i] == 1) w_[i++] = 0;
-      while (j < RI && in[j] == 1) ++j;
+      while (i != RO && out[i] == 1) w_[i++] = 0;
+      while (j != RI && in[j] == 1) ++j;
       if (i == RO || j == RI) break;
       if (out[i] == in[j]) {
         lo_[j] = std::uint8_t(i);
@@ -56,7 +56,7 @@ struct reshape_plan {
       } else if (out[i] < in[j]) {  // a split: output axes i.. make operand axis j
         std::size_t const s = i;
         index_t p = 1;
-        while (i < RO && p < in[j]) p *= out[i++];
+        while (i != RO && p < in[j]) p *= out[i++];
         if (p != in[j]) return;
         index_t wk = 1;
         for (std::size_t k = i; k-- > s;) {
@@ -69,7 +69,7 @@ struct reshape_plan {
       } else {  // a merge: operand axes j.. make output axis i
         std::size_t const s = j;
         index_t p = 1;
-        while (j < RI && p < out[i]) p *= in[j++];
+        while (j != RI && p < out[i]) p *= in[j++];
         if (p != out[i]) return;
         index_t d = 1;
         for (std::size_t q = j; q-- > s;) {
@@ -84,9 +84,9 @@ struct reshape_plan {
       }
     }
     // what is left on the other side must be axes of extent 1 too
-    for (; i < RO; ++i)
+    for (; i != RO; ++i)
       if (out[i] != 1) return;
-    for (; j < RI; ++j)
+    for (; j != RI; ++j)
       if (in[j] != 1) return;
     general_ = false;
   }
@@ -96,14 +96,14 @@ struct reshape_plan {
     array<index_t, RI> a{};
     if (general_) {
       index_t lin = 0;
-      for (std::size_t k = 0; k < RO; ++k) lin = lin * out_ext_[k] + c[k];
+      for (std::size_t k = 0; k != RO; ++k) lin = lin * out_ext_[k] + c[k];
       for (std::size_t j = RI; j-- > 0;) {
         a[j] = lin % in_ext_[j];
         lin /= in_ext_[j];
       }
       return a;
     }
-    for (std::size_t j = 0; j < RI; ++j) {
+    for (std::size_t j = 0; j != RI; ++j) {
       index_t s = 0;
       for (std::size_t k = lo_[j]; k < hi_[j]; ++k) s += c[k] * w_[k];
       if (div_[j] != 1) s /= div_[j];

@@ -242,7 +242,7 @@ GRADIX_HOST_DEVICE constexpr coord<sizeof...(Ax)> map_value(tuple<Ax...> const& 
         constexpr std::size_t L = detail::reshape_leader<K, Ax...>();
         if constexpr (L == K) {
           auto const r = a.plan_(map_value(a.map_, d));
-          for (std::size_t j = 0; j < RK::ri; ++j) g[K][j] = r[j];
+          for (std::size_t j = 0; j != RK::ri; ++j) g[K][j] = r[j];
         }
         t[K] = a.off_ + a.scale_ * g[L][RK::k];
       }
