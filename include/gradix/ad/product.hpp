@@ -159,7 +159,7 @@ constexpr bool reaches_param() {
   } else if constexpr (is_detach<N>::value) {
     return false;
   } else if constexpr (is_var_node<N>::value) {
-    return reaches_param<typename N::operand_type>();  // the operand it stands for
+    return N::name_type::reaches_param;  // the operand it stands for (its name says)
   } else if constexpr (is_let_node<N>::value) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
   } else if constexpr (is_saved_node<N>::value) {

@@ -356,7 +356,7 @@ constexpr auto light(N const& n) {
     R r{nullptr, n.buf_, n.argmax_};
     return r;
   } else if constexpr (is_bound_let_node<N>::value) {
-    using Z = typename N::operand_type;
+    using Z = typename N::name_type;
     auto z = light(n.z_);
     auto a = light(n.arg_);
     return bound_let_node<Z, decltype(z), decltype(a)>{z, a, n.gz_};
@@ -445,8 +445,8 @@ template <class Z, class Z2, class B, class D, class V, class M>
 constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v, M const& m);
 template <class Z, class D, class V, class M>
 constexpr auto push(var_node<Z> const& n, D const& dom, V const& v, M const& m);
-template <class Z, class B, class D, class V, class M>
-constexpr auto push(let_node<Z, B> const& n, D const& dom, V const& v, M const& m);
+template <class Z, class X, class B, class D, class V, class M>
+constexpr auto push(let_node<Z, X, B> const& n, D const& dom, V const& v, M const& m);
 
 // Leaves and stops.
 template <class T, class P, class S, class D, class V, class M>
@@ -748,8 +748,8 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
   } else if constexpr (is_var_node<N>::value) {
     // a let's placeholder: its reads add into the let's buffer, the target its saved node
     // holds (api/saved.hpp, keep_let)
-    using Z = typename N::operand_type;
-    if constexpr (!detail::differentiable_v<Z> || !reaches_param_v<Z>) {
+    using Z = typename N::name_type;
+    if constexpr (!detail::differentiable_v<Z> || !Z::reaches_param) {
       return tuple<>{};
     } else {
       using G = let_grad<value_type_t<Z>, shape_of_t<Z>, Z>;
@@ -804,7 +804,7 @@ constexpr auto push(segment_sum_node<A, I> const&, D const&, V const&, M const&)
 // the operand's plan, pushed once from that buffer.
 template <class Z, class D, class V, class M>
 constexpr auto push(var_node<Z> const&, D const& dom, V const& v, M const& m) {
-  if constexpr (!detail::differentiable_v<Z> || !reaches_param_v<Z>) {
+  if constexpr (!detail::differentiable_v<Z> || !Z::reaches_param) {
     return tuple<>{};
   } else {
     using G = let_grad<value_type_t<Z>, shape_of_t<Z>, Z>;
@@ -830,9 +830,9 @@ constexpr auto push(bound_let_node<Z, Z2, B> const& n, D const& dom, V const& v,
     }
   }
 }
-template <class Z, class B, class D, class V, class M>
-constexpr auto push(let_node<Z, B> const&, D const&, V const&, M const&) {
-  static_assert(sizeof(Z) == 0,
+template <class Z, class X, class B, class D, class V, class M>
+constexpr auto push(let_node<Z, X, B> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(X) == 0,
                 "gradix internal: a let is planned only through the API's save transform "
                 "(gx::backward_plan_t), which binds its placeholder to a buffer");
   return tuple<>{};
@@ -920,7 +920,7 @@ constexpr auto staged_plan(SN const& n) {
 }
 template <class LN>
 constexpr auto let_operand_plan(LN const& n) {
-  using Z = typename LN::operand_type;
+  using Z = typename LN::name_type;
   using T = value_type_t<Z>;
   using S = shape_of_t<Z>;
   tensor_view<T const, S, row_major, host_space> gv(n.gz_, n.z_.shape());

@@ -22,11 +22,13 @@
 /// `ad::buffer_count_v<E>` is the number of buffers a call on E keeps; api/saved.hpp builds
 /// them.
 
+#include "gradix/ad/product.hpp"
 #include "gradix/config.hpp"
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/param.hpp"
+#include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 
@@ -108,13 +110,15 @@ inline constexpr std::size_t buffer_count_v = buffer_count<std::remove_cvref_t<E
 /// buffer, and its backward pushes the summed adjoint of all the reads into z once. An
 /// operand that keeps nothing (views, parameters, elementwise and index nodes over them)
 /// costs a few operations per read: f(z) itself, which recomputes it where it is read.
-template <class Z, class F>
+/// Tag names the placeholder (expr/let.hpp, let_name): one tag per call site of the library.
+template <class Tag, class Z, class F>
 constexpr auto let(Z const& z, F&& f) {
   if constexpr (buffer_count<Z, false>::value == 0) {
     return f(z);
   } else {
-    auto body = f(var_node<Z>{z.shape()});
-    return let_node<Z, decltype(body)>{z, body};
+    using Name = let_name<Tag, value_type_t<Z>, shape_of_t<Z>, space_of_t<Z>, reaches_param_v<Z>>;
+    auto body = f(var_node<Name>{z.shape()});
+    return gradix::detail::name_let<Name>(z, body);  // (the placeholder renamed to its level)
   }
 }
 

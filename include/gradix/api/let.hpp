@@ -4,8 +4,8 @@
 ///
 ///   auto y = gx::let(layer_input, [&](auto x) { return x + gx::matmul(norm(x), W); });
 ///
-/// The body f receives a placeholder for the operand's value (a small node whose type names
-/// the operand's type once) and returns an expression that reads it as often as it likes.
+/// The body f receives a placeholder for the operand's value (a small node, named by f's
+/// type: expr/let.hpp, let_name) and returns an expression that reads it as often as it likes.
 /// Every call (eval, value, backward, grad) computes the operand once into a buffer of the
 /// call, the body reads that buffer, and a backward call adds the adjoints of all the reads
 /// into one buffer, from which the operand's own gradient is pushed once (expr/let.hpp,
@@ -18,6 +18,7 @@
 /// and index nodes over them) is passed to f as it is (as a node: a view of the tensor, the parameter's node): reading it costs what reading the
 /// buffer would, and no buffer is kept.
 
+#include "gradix/ad/product.hpp"
 #include "gradix/ad/save.hpp"
 #include "gradix/config.hpp"
 #include "gradix/expr/elementwise.hpp"
@@ -52,20 +53,25 @@ constexpr bool computes() {
   }
 }
 
-template <class X, class F>
+/// Tag: the placeholder's name (expr/let.hpp, let_name), the body's own type.
+template <class Tag, class X, class F>
 constexpr auto let1(X&& x, F&& f) {
   using N = node_t<X>;
   if constexpr (!computes<N>()) {
     return f(as_node(static_cast<X&&>(x)));  // (a node: a view, or the parameter's node)
   } else {
     N const z = as_node(static_cast<X&&>(x));
-    auto body = f(var_node<N>{z.shape()});
+    using Name = let_name<Tag, value_type_t<N>, shape_of_t<N>, space_of_t<N>, ad::reaches_param_v<N>>;
+    auto body = f(var_node<Name>{z.shape()});
     using B = decltype(body);
     static_assert(expression<B>, "gradix::let: the body must return an expression (built from its argument)");
-    if constexpr (!mentions_var<B, N>()) return body;  // the value is not read
-    else return let_node<N, B>{z, body};
+    if constexpr (!mentions_var<B, Name>()) return body;  // the value is not read
+    else return name_let<Name>(z, body);  // (the placeholder renamed to its level)
   }
 }
+/// The names of the two placeholders of let(a, b, f).
+template <class F, int K>
+struct let_pair {};
 
 }  // namespace detail
 
@@ -74,15 +80,16 @@ constexpr auto let1(X&& x, F&& f) {
 /// the expression that reads it.
 template <operand X, class F>
 constexpr auto let(X&& x, F&& f) {
-  return detail::let1(static_cast<X&&>(x), f);
+  return detail::let1<std::remove_cvref_t<F>>(static_cast<X&&>(x), f);
 }
 
 /// f(a, b): both values shared (let(a, [&](auto a) { return let(b, [&](auto b) { return
 /// f(a, b); }); })).
 template <operand A, operand B, class F>
 constexpr auto let(A&& a, B&& b, F&& f) {
-  return detail::let1(static_cast<A&&>(a), [&](auto const& va) {
-    return detail::let1(static_cast<B&&>(b), [&](auto const& vb) { return f(va, vb); });
+  using Fn = std::remove_cvref_t<F>;
+  return detail::let1<detail::let_pair<Fn, 0>>(static_cast<A&&>(a), [&](auto const& va) {
+    return detail::let1<detail::let_pair<Fn, 1>>(static_cast<B&&>(b), [&](auto const& vb) { return f(va, vb); });
   });
 }
 

@@ -788,37 +788,37 @@ struct saving {
 /// A let transformed: its operand with its own kept values, its value in a buffer (its
 /// root's, when the root keeps one, else one of the call's), the body bound to that buffer
 /// and transformed, and in a backward call the buffer of the operand's adjoint.
-template <bool Under, class Z, class B>
-constexpr auto keep_let(let_node<Z, B> const& n, saved_space& s) {
+template <bool Under, class Nm, class Z, class B>
+constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space& s) {
   using T = value_type_t<Z>;
   using S = shape_of_t<Z>;
   auto z2 = with_saved<true>(n.z_, s);
   using Z2 = decltype(z2);
-  var_node<Z> const v{n.z_.shape()};
+  var_node<Nm> const v{n.z_.shape()};
   // in a backward call, the buffer of the operand's adjoint: every read of the placeholder
   // adds into it (its saved node holds it as the target of those kernels)
   T* gz = nullptr;
-  if constexpr (ad::reaches_param_v<Z>)
+  if constexpr (Nm::reaches_param)
     if (s.argmax()) gz = s.template take<T>(std::size_t(n.z_.shape().size()));
   auto rep = [&] {
     if constexpr (is_saved_node<Z2>::value) {
-      using R = saved_node<var_node<Z>, typename Z2::layout_type>;
+      using R = saved_node<var_node<Nm>, typename Z2::layout_type>;
       R r{s.keep_node(v), typename R::buffer_type(z2.buf_)};
-      if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
+      if (gz) r.extra_.g = let_grad<T, S, Nm>(gz, n.z_.shape());
       return r;
     } else {
       using L = saved_layout_t<Z>;
-      using R = saved_node<var_node<Z>, L>;
+      using R = saved_node<var_node<Nm>, L>;
       using Sp = std::conditional_t<std::is_void_v<space_of_t<Z>>, host_space, space_of_t<Z>>;
       tensor_view<T, S, L, Sp> buf(s.template take<T>(std::size_t(n.z_.shape().size())), n.z_.shape());
       host::assign(buf, z2);
       R r{s.keep_node(v), typename R::buffer_type(buf)};
-      if (gz) r.extra_.g = let_grad<T, S, Z>(gz, n.z_.shape());
+      if (gz) r.extra_.g = let_grad<T, S, Nm>(gz, n.z_.shape());
       return r;
     }
   }();
-  auto b2 = with_saved<Under>(bind_var<Z>(n.body_, rep), s);
-  return bound_let_node<Z, Z2, decltype(b2)>{z2, b2, gz};
+  auto b2 = with_saved<Under>(bind_var<Nm>(n.body_, rep), s);
+  return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
 }
 
 /// n with every value the rule keeps replaced by a saved_node over a filled buffer.

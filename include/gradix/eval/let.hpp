@@ -18,12 +18,12 @@ struct evaluator<bound_let_node<Z, Z2, Body2>> : evaluator<Body2> {
   GRADIX_HOST_DEVICE constexpr explicit evaluator(bound_let_node<Z, Z2, Body2> const& n) : evaluator<Body2>(n.arg_) {}
 };
 
-template <class Z, class Body>
-struct evaluator<let_node<Z, Body>>
-    : evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))> {
-  using base = evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<Z const&>()))>;
+template <class Z, class X, class Body>
+struct evaluator<let_node<Z, X, Body>>
+    : evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<X const&>()))> {
+  using base = evaluator<decltype(::gradix::detail::bind_var<Z>(std::declval<Body const&>(), std::declval<X const&>()))>;
   // (evaluators hold values, not pointers into their node: the inlined body may go)
-  constexpr explicit evaluator(let_node<Z, Body> const& n) : base(::gradix::detail::bind_var<Z>(n.body_, n.z_)) {}
+  constexpr explicit evaluator(let_node<Z, X, Body> const& n) : base(::gradix::detail::bind_var<Z>(n.body_, n.z_)) {}
 };
 template <class Z>
 struct evaluator<var_node<Z>> {

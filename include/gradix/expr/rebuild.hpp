@@ -118,14 +118,16 @@ constexpr auto rebuild(save_node<A> const& n, F const& f) {
 // ---------------------------------------------------------------------------------------
 // Lets (expr/let.hpp): the operand computed once, the body's placeholders bound to it.
 
-/// Whether N reads the placeholder var_node<Z> (types only).
+/// Whether N reads the placeholder var_node<Z> (types only). In a let binding the same name
+/// Z, only the operand can read it (the body's placeholders are that let's).
 template <class N, class Z>
 constexpr bool mentions_var() {
   if constexpr (std::is_same_v<N, var_node<Z>>) {
     return true;
   } else if constexpr (is_let_node<N>::value) {
-    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>() ||
-           mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
+    if constexpr (mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>()) return true;
+    else if constexpr (std::is_same_v<typename N::name_type, Z>) return false;  // shadowed
+    else return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
     return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, Z>() ||
            mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, Z>();
@@ -148,7 +150,9 @@ struct binding {
     return bind_var<Z>(c, rep);
   }
 };
-/// n with every var_node<Z> replaced by rep.
+/// n with every var_node<Z> replaced by rep (placeholders are named by small types,
+/// expr/let.hpp: binding renames nothing; a let in n that binds Z itself shadows it in its
+/// body).
 template <class Z, class Rep, class N>
 constexpr auto bind_var(N const& n, Rep const& rep) {
   if constexpr (std::is_same_v<N, var_node<Z>>) {
@@ -156,24 +160,51 @@ constexpr auto bind_var(N const& n, Rep const& rep) {
   } else if constexpr (!mentions_var<N, Z>()) {
     return n;
   } else if constexpr (is_let_node<N>::value) {
-    using Z1 = std::remove_cvref_t<decltype(n.z_)>;
-    static_assert(!std::is_same_v<Z1, Z>,
-                  "gradix internal: a let nested in the body of a let over an operand of the same "
-                  "type (their placeholders would have one name)");
+    using Z1 = typename N::name_type;
     auto z = bind_var<Z>(n.z_, rep);
-    auto b = bind_var<Z>(n.body_, rep);
-    using Z2 = decltype(z);
-    if constexpr (std::is_same_v<Z2, Z1>) {
-      return let_node<Z2, decltype(b)>{z, b};
+    if constexpr (std::is_same_v<Z1, Z>) {
+      return let_node<Z1, decltype(z), decltype(n.body_)>{z, n.body_};  // shadowed in the body
     } else {
-      // the inner let's operand read the outer placeholder: its type changed, and its own
-      // placeholders, named by that type, are renamed with it
-      auto b2 = bind_var<Z1>(b, var_node<Z2>{z.shape()});
-      return let_node<Z2, decltype(b2)>{z, b2};
+      auto b = bind_var<Z>(n.body_, rep);
+      return let_node<Z1, decltype(z), decltype(b)>{z, b};
     }
   } else {
     return rebuild<true>(n, binding<Z, Rep>{rep});
   }
+}
+
+/// The highest level of the finished lets in N's type (expr/let.hpp, let_level; 0: none).
+template <class N>
+constexpr int max_let_level() {
+  if constexpr (is_var_node<N>::value) {
+    return let_level_of<typename N::name_type>::value;
+  } else if constexpr (is_let_node<N>::value) {
+    constexpr int a = let_level_of<typename N::name_type>::value;
+    constexpr int b = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>();
+    constexpr int c = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
+    constexpr int a = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>();
+    constexpr int b = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+    return a > b ? a : b;
+  } else if constexpr (requires(N const& x) { x.arg_; }) {
+    return max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else {
+    return 0;
+  }
+}
+
+/// A let over z whose body was built with the provisional name P (a closure type's tag):
+/// the placeholder renamed to its level (expr/let.hpp). Every let inside the body finished
+/// first and has a lower level, and the enclosing lets, still under construction, have
+/// provisional names: no two nested lets share a name.
+template <class P, class X, class B>
+constexpr auto name_let(X const& z, B const& body) {
+  constexpr int L = 1 + max_let_level<B>();
+  using Name = let_name<let_level<L>, typename P::value_type, typename P::shape_type, typename P::space_type,
+                        P::reaches_param>;
+  auto b = bind_var<P>(body, var_node<Name>{z.shape()});
+  return let_node<Name, X, decltype(b)>{z, b};
 }
 
 }  // namespace gradix::detail

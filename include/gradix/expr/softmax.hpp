@@ -37,6 +37,10 @@
 namespace gradix {
 
 namespace detail {
+// the names of these functions' lets (expr/let.hpp, let_name)
+struct logsumexp_let {};
+struct cross_entropy_let {};
+
 template <class A>
 constexpr void check_softmax_operand() {
   static_assert(std::is_floating_point_v<value_type_t<A>>,
@@ -68,11 +72,11 @@ constexpr auto logsumexp(X&& x) {
   constexpr std::size_t R = shape_of_t<decltype(a)>::rank;
   static_assert(R > 0, "gradix::logsumexp: the operand has no axis");
   constexpr int Ax = int(normalize_axis_v<Axis, R>);
-  return ad::let(a, [](auto const& v) { return select<Ax>(detail::logsumexp_keep<Ax>(v), 0); });
+  return ad::let<detail::logsumexp_let>(a, [](auto const& v) { return select<Ax>(detail::logsumexp_keep<Ax>(v), 0); });
 }
 template <int Axis, operand X>
 constexpr auto logsumexp(X&& x, keep_dims_t) {
-  return ad::let(detail::as_node(static_cast<X&&>(x)), [](auto const& v) { return detail::logsumexp_keep<Axis>(v); });
+  return ad::let<detail::logsumexp_let>(detail::as_node(static_cast<X&&>(x)), [](auto const& v) { return detail::logsumexp_keep<Axis>(v); });
 }
 
 namespace detail {
@@ -135,7 +139,7 @@ constexpr auto cross_entropy(L&& logits, Y&& targets) {
   detail::check_cross_entropy(z, y);
   if (z.shape().extent(0) == 0) detail::fail("gradix::cross_entropy: an empty batch has no mean");
   auto y1 = unsqueeze<1>(y);
-  return mean(ad::let(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); }));
+  return mean(ad::let<detail::cross_entropy_let>(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); }));
 }
 
 /// Cross-entropy with per-class weights w (a vector of C), as PyTorch defines it: the sum
@@ -152,7 +156,7 @@ constexpr auto cross_entropy(L&& logits, Y&& targets, W&& weights) {
                  z.shape().extent(1), " classes");
   auto y1 = unsqueeze<1>(y);
   auto wt = detach(take_along<0>(unsqueeze<1>(w), y1));  // (B, 1): w[t_i]
-  return sum(wt * ad::let(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); })) / sum(wt);
+  return sum(wt * ad::let<detail::cross_entropy_let>(z, [&](auto const& v) { return detail::cross_entropy_rows(v, y1); })) / sum(wt);
 }
 
 }  // namespace gradix
