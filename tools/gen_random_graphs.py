@@ -1308,6 +1308,7 @@ class Graph:
         else:
             w('  RG_CHECK_FORWARD(expected, std::vector<double>{gx::value(%s)});' % root.var)
         pv = ', '.join('x%d' % k for k in params)
+        w('  RG_CHECK_COST(%s);' % ('gx::sum(W * %s)' % root.var if root.shape else root.var))
         if self.mode == 'seed':
             w('  gx::backward(%s, W);' % root.var)
             for k in params:

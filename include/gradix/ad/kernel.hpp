@@ -13,6 +13,7 @@
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/take.hpp"
@@ -383,6 +384,8 @@ struct eval_cost<row_node<A, Axis, K>>
 template <class A, class B, std::size_t Axis>
 struct eval_cost<concat_node<A, B, Axis>>
     : std::integral_constant<std::size_t, 1 + (eval_cost<A>::value > eval_cost<B>::value ? eval_cost<A>::value : eval_cost<B>::value)> {};
+template <class Z, class Z2, class B>
+struct eval_cost<bound_let_node<Z, Z2, B>> : eval_cost<B> {};  // its bound body
 template <class V>
 inline constexpr std::size_t eval_cost_v = eval_cost<V>::value;
 
