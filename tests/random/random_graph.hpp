@@ -43,22 +43,23 @@ inline constexpr std::size_t backward_cost_bound = 6;
 template <std::size_t Backward, std::size_t Forward>
 struct backward_cost_within : std::bool_constant<Backward <= backward_cost_bound * Forward> {};
 /// Known gap (issue 32's note): an elementwise region over a rank-0 domain is planned as one
-/// kernel per parameter read, each evaluating the region's path derivative (ad/push.hpp,
+/// kernel per parameter read, each evaluating the region's path derivative (ad/push.hpp:
 /// group_region joins uses along an axis, and a rank-0 domain has none), so a chain of
-/// scalars costs O(reads x depth) in the backward. Such plans (two or more plain uses over
-/// rank-0 domains) are exempt until the planner groups them; every other graph is held to
-/// the bound.
+/// scalars costs O(reads x depth) in the backward. Until the planner groups them, such a
+/// use counts one (its add), not its region: `scalar_region_excess` is what the rule leaves
+/// out. Every other plan element counts in full.
 template <class E>
-struct scalar_region_uses : std::integral_constant<int, 0> {};
+struct scalar_region_excess : std::integral_constant<std::size_t, 0> {};
 template <class D, class V, class M, class G>
-struct scalar_region_uses<gx::ad::use<D, V, M, G>> : std::integral_constant<int, D::rank == 0 ? 1 : 0> {};
+struct scalar_region_excess<gx::ad::use<D, V, M, G>>
+    : std::integral_constant<std::size_t, D::rank == 0 ? gx::ad::eval_cost_v<V> - 1 : 0> {};
 template <class... E>
-struct scalar_region_uses<gx::tuple<E...>> : std::integral_constant<int, (scalar_region_uses<E>::value + ... + 0)> {};
+struct scalar_region_excess<gx::tuple<E...>>
+    : std::integral_constant<std::size_t, (scalar_region_excess<E>::value + ... + 0)> {};
 template <class Loss>
-inline constexpr bool scalar_regions_exempt = scalar_region_uses<gx::backward_plan_t<Loss>>::value >= 2;
-template <class Loss>
-using cost_check = std::bool_constant<scalar_regions_exempt<Loss> ||
-                                      backward_cost_within<gx::ad::backward_cost_v<Loss>, gx::ad::forward_cost_v<Loss>>::value>;
+using cost_check = backward_cost_within<gx::ad::backward_cost_v<Loss> -
+                                            scalar_region_excess<gx::backward_plan_t<Loss>>::value,
+                                        gx::ad::forward_cost_v<Loss>>;
 
 }  // namespace rg
 
