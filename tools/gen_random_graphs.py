@@ -46,7 +46,17 @@ generator:
   keep_dims), x / sum<A>(x, keep_dims) for x > 0, softmax, logsumexp log(sum<A>(exp(x -
   max<A>(x, keep_dims)), K)) + max<A>(x, K) (the max read twice or written twice, maybe
   saved), a reduction or a logsumexp gathered through an index vector and read by an
-  elementwise node, and any of these under one more reduction.
+  elementwise node, and any of these under one more reduction;
+- model: model-shaped graphs (issue 32): an input (T, D) or (B, T, D) through two to four
+  layers: a linear map (gx::matmul by a parameter, a bias, tanh/sigmoid), gx::layer_norm /
+  gx::rms_norm (with or without affine parameters), gx::softmax / gx::log_softmax over any
+  axis (inner ones included), a reduction broadcast back (x - mean<A>(x), x scaled by its
+  root mean square along A), a residual h + tanh(h W) * h with h shared by gx::let or read
+  as a plain value, and self-attention over T (causal or not, h bound by gx::let); then a
+  sum or mean over everything, or the output itself (seeded by W).
+
+Every graph's backward is held to the compile-time cost rule (include/gradix/ad/cost.hpp):
+backward_cost_v <= 6 forward_cost_v, a static_assert (RG_CHECK_COST, random_graph.hpp).
 
 Staying inside the domains, away from the kinks
 -----------------------------------------------
@@ -137,7 +147,7 @@ INDEX_TYPES = ['int', 'int', 'long', 'std::int64_t', 'std::uint16_t', 'std::size
 # The special families: a share of the graphs, chosen from (seed, graph id) by a generator of
 # its own, so that the other graphs are the ones the regular generator always drew.
 SPECIAL_SHARE = 0.2
-FAMILIES = [('chain', 4), ('shared', 3), ('reduce', 4)]
+FAMILIES = [('chain', 4), ('shared', 3), ('reduce', 4), ('model', 5)]
 CHAIN_REUSE = 0.35  # a chain level reads one of the chain's parameters again
 # Compile time grows with the size of the root's type, where a sub-expression read twice counts
 # twice: a chain's skip to an earlier level and the second level of a shared graph are left out
@@ -1214,6 +1224,147 @@ class Graph:
             return self.mk_reduce(rng.choice(['sum', 'mean', 'max']), g,
                                   list(range(len(g.shape))), False)
         return g
+
+    # ---- model-shaped graphs (issue 32): products, norms, softmax over any axis, attention,
+    # reductions broadcast back, values shared by gx::let and by plain reads
+    def model_leaf(self, extents, lo, hi, param):
+        """A leaf of the model family: dense gradient storage (products accumulate into it)."""
+        rng = self.rng
+        shape = [(e, rng.random() < 0.4) for e in extents]
+        k = len(self.leaves)
+        layout = rng.choice(['gx::row_major', 'gx::row_major', 'gx::col_major'])
+        spec = 'gx::dense_grad<0>' if extents and rng.random() < 0.3 else None
+        self.leaves.append(dict(shape=shape, lo=lo, hi=hi, layout=layout, param=param, spec=spec))
+        nid = len(self.nodes)
+        rv = 'r%d' % nid
+        self.refl.append('auto %s = R.leaf(%d, {%s}, D.leaf[%d]);' % (
+            rv, nid, ', '.join(str(e) for e in extents), k))
+        node = Node(nid, 'x%d' % k, rv, shape, lo, hi, 0, leaf=k)
+        self.nodes.append(node)
+        return node
+
+    def weight(self, extents):
+        lo, hi = self.rng.choice([(-1.0, 1.0), (-0.5, 0.5), (-1.0, 0.5)])
+        return self.model_leaf(extents, lo, hi, self.rng.random() < 0.85)
+
+    @staticmethod
+    def dyn(extents):
+        return [(e, False) for e in extents]
+
+    def model_linear(self, h):
+        rng = self.rng
+        D = h.extents[-1]
+        D2 = rng.randint(2, 4)
+        W = self.weight([D, D2])
+        lo, hi = iv_binary('*', (h.lo, h.hi), (W.lo, W.hi))
+        lo, hi = lo * D, hi * D
+        out = h.extents[:-1] + [D2]
+        if rng.random() < 0.5:
+            b = self.weight([D2])
+            n = self.add('gx::matmul(%s, %s) + %s' % (h.var, W.var, b.var),
+                         'R.binary(@, rg::ADD, R.matmul(@, %s, %s), %s)' % (h.ref, W.ref, b.ref),
+                         self.dyn(out), lo + b.lo, hi + b.hi, [h, W, b])
+        else:
+            n = self.add('gx::matmul(%s, %s)' % (h.var, W.var), 'R.matmul(@, %s, %s)' % (h.ref, W.ref),
+                         self.dyn(out), lo, hi, [h, W])
+        if rng.random() < 0.5:
+            n = self.mk_unary(rng.choice(['tanh', 'sigmoid']), n)
+        return n
+
+    def model_norm(self, h):
+        rng = self.rng
+        D = h.extents[-1]
+        rms = rng.random() < 0.4
+        fn, eps = ('gx::rms_norm', '1e-6') if rms else ('gx::layer_norm', '1e-5')
+        m = math.sqrt(D)
+        ref = 'R.norm(@, %s, %s, %s)' % (h.ref, 'true' if rms else 'false', eps)
+        if rng.random() < 0.5:
+            return self.add('%s(%s)' % (fn, h.var), ref, h.shape, -m, m, [h])
+        g = self.weight([D])
+        lo, hi = iv_binary('*', (-m, m), (g.lo, g.hi))
+        if rms:
+            return self.add('%s(%s, %s)' % (fn, h.var, g.var), 'R.binary(@, rg::MUL, %s, %s)' % (ref, g.ref),
+                            h.shape, lo, hi, [h, g])
+        b = self.weight([D])
+        return self.add('%s(%s, %s, %s)' % (fn, h.var, g.var, b.var),
+                        'R.binary(@, rg::ADD, R.binary(@, rg::MUL, %s, %s), %s)' % (ref, g.ref, b.ref),
+                        h.shape, lo + b.lo, hi + b.hi, [h, g, b])
+
+    def model_softmax(self, h):
+        rng = self.rng
+        r = len(h.shape)
+        a = rng.randrange(r)
+        spelled = a - r if rng.random() < 0.3 else a
+        log = rng.random() < 0.35
+        n = h.extents[a]
+        if log:
+            return self.add('gx::log_softmax<%d>(%s)' % (spelled, h.var),
+                            'R.softmax(@, %s, %d, true)' % (h.ref, a), h.shape,
+                            h.lo - h.hi - math.log(n), 0.0, [h])
+        return self.add('gx::softmax<%d>(%s)' % (spelled, h.var), 'R.softmax(@, %s, %d, false)' % (h.ref, a),
+                        h.shape, 0.0, 1.0, [h])
+
+    def model_center(self, h):
+        """A reduction broadcast back into its operand: h - mean<A>(h), or h scaled by the root
+        mean square along A."""
+        rng = self.rng
+        a = rng.randrange(len(h.shape))
+        if rng.random() < 0.5:
+            return self.add('%s - gx::mean<%d>(%s, gx::keep_dims)' % (h.var, a, h.var),
+                            'R.binary(@, rg::SUB, %s, R.reduce(@, rg::RMEAN, %s, {%d}, true))' % (h.ref, h.ref, a),
+                            h.shape, h.lo - h.hi, h.hi - h.lo, [h])
+        m = max(abs(h.lo), abs(h.hi))
+        return self.add('%s / gx::sqrt(gx::mean<%d>(gx::square(%s), gx::keep_dims) + 1.0)' % (h.var, a, h.var),
+                        'R.binary(@, rg::DIV, %s, R.unary(@, rg::SQRT, R.binary(@, rg::ADD, '
+                        'R.reduce(@, rg::RMEAN, R.unary(@, rg::SQUARE, %s), {%d}, true), 1.0)))' % (h.ref, h.ref, a),
+                        h.shape, -m, m, [h])
+
+    def model_residual(self, h):
+        """h + tanh(h W) * h: h read three times, through gx::let or as a plain value."""
+        D = h.extents[-1]
+        W = self.weight([D, D])
+        m = max(abs(h.lo), abs(h.hi))
+        ref = 'R.binary(@, rg::ADD, %s, R.binary(@, rg::MUL, R.unary(@, rg::TANH, R.matmul(@, %s, %s)), %s))' % (
+            h.ref, h.ref, W.ref, h.ref)
+        if self.rng.random() < 0.6:
+            expr = 'gx::let(%s, [&](auto v) { return v + gx::tanh(gx::matmul(v, %s)) * v; })' % (h.var, W.var)
+        else:
+            expr = '%s + gx::tanh(gx::matmul(%s, %s)) * %s' % (h.var, h.var, W.var, h.var)
+        return self.add(expr, ref, h.shape, h.lo - m, h.hi + m, [h, W])
+
+    def model_attention(self, h):
+        """Self-attention of h (B, T, D) over T, causal or not, h shared by gx::let."""
+        rng = self.rng
+        c = fmt(rng.choice([0.5, 0.25, 1.0]))
+        causal = rng.random() < 0.5
+        scores = 'gx::matmul(v, gx::permute<0, 2, 1>(v)) * %s' % c
+        rscores = 'R.binary(@, rg::MUL, R.matmul(@, %s, R.permute(@, %s, {0, 2, 1})), %s)' % (h.ref, h.ref, c)
+        if causal:
+            scores, rscores = 'gx::causal_mask(%s)' % scores, 'R.causal(@, %s)' % rscores
+        expr = 'gx::let(%s, [&](auto v) { return gx::matmul(gx::softmax<2>(%s), v); })' % (h.var, scores)
+        ref = 'R.matmul(@, R.softmax(@, %s, 2, false), %s)' % (rscores, h.ref)
+        return self.add(expr, ref, h.shape, h.lo, h.hi, [h])
+
+    def build_model(self):
+        """A model-shaped graph: an input (T, D) or (B, T, D), two to four layers (a linear
+        map, a norm, a softmax over any axis, a reduction broadcast back, a residual with a
+        shared value, self-attention), and a loss over all of it or the output itself."""
+        rng = self.rng
+        rank = rng.choice([2, 3, 3])
+        ext = [rng.randint(2, 4), rng.randint(2, 4)]
+        if rank == 3:
+            ext = [rng.randint(2, 3)] + ext
+        lo, hi = rng.choice([(-1.0, 1.0), (-2.0, 2.0), (-1.0, 0.5)])
+        h = self.model_leaf(ext, lo, hi, rng.random() < 0.5)
+        for _ in range(rng.randint(2, 4)):
+            kinds = [('linear', 3), ('norm', 2), ('softmax', 2), ('center', 2), ('residual', 2)]
+            if len(h.shape) == 3:
+                kinds.append(('attention', 2))
+            k = rng.choices([a for a, _ in kinds], [w for _, w in kinds])[0]
+            h = getattr(self, 'model_' + k)(h)
+        if rng.random() < 0.5:
+            return self.mk_reduce(rng.choice(['sum', 'mean']), h, list(range(len(h.shape))), False)
+        return h
 
     # ---- a whole graph
     def build(self):

@@ -265,6 +265,84 @@ arr ref::permute(int, arr const& a, std::vector<int> const& perm) {
   return r;
 }
 
+arr ref::matmul(int, arr const& a, arr const& b) {
+  std::size_t const ra = a.shape.size(), rb = b.shape.size();
+  if (ra < 2 || ra > 3 || rb < 2 || rb > 3) bad("matmul rank");
+  index const M = a.shape[ra - 2], K = a.shape[ra - 1], K2 = b.shape[rb - 2], N = b.shape[rb - 1];
+  if (K != K2) bad("matmul inner extents");
+  index const B = ra == 3 ? a.shape[0] : rb == 3 ? b.shape[0] : 1;
+  if (ra == 3 && rb == 3 && a.shape[0] != b.shape[0]) bad("matmul batch");
+  std::vector<index> shape = (ra == 3 || rb == 3) ? std::vector<index>{B, M, N} : std::vector<index>{M, N};
+  arr r{shape, std::vector<double>(std::size_t(B * M * N))};
+  for (index q = 0; q < B; ++q)
+    for (index i = 0; i < M; ++i)
+      for (index j = 0; j < N; ++j) {
+        double acc = 0;
+        for (index k = 0; k < K; ++k) {
+          double const x = a.v[std::size_t((ra == 3 ? q * M * K : 0) + i * K + k)];
+          double const y = b.v[std::size_t((rb == 3 ? q * K * N : 0) + k * N + j)];
+          acc += x * y;
+        }
+        r.v[std::size_t(q * M * N + i * N + j)] = acc;
+      }
+  return r;
+}
+
+arr ref::softmax(int, arr const& a, int axis, bool log) {
+  std::size_t const R = a.shape.size();
+  if (axis < 0 || std::size_t(axis) >= R) bad("softmax axis");
+  auto st = strides(a.shape);
+  index const n = a.shape[std::size_t(axis)], step = st[std::size_t(axis)];
+  arr r{a.shape, std::vector<double>(a.v.size())};
+  for (index i = 0; i < index(a.v.size()); ++i) {
+    if (unravel(a.shape, i)[std::size_t(axis)] != 0) continue;  // one row per start
+    double m = -std::numeric_limits<double>::infinity();
+    for (index k = 0; k < n; ++k) m = std::max(m, a.v[std::size_t(i + k * step)]);
+    double s = 0;
+    for (index k = 0; k < n; ++k) s += std::exp(a.v[std::size_t(i + k * step)] - m);
+    for (index k = 0; k < n; ++k) {
+      double const x = a.v[std::size_t(i + k * step)];
+      r.v[std::size_t(i + k * step)] = log ? x - m - std::log(s) : std::exp(x - m) / s;
+    }
+  }
+  return r;
+}
+
+arr ref::norm(int id, arr const& a, bool rms, double eps) {
+  if (a.shape.empty()) bad("norm rank");
+  index const n = a.shape.back();
+  arr r{a.shape, std::vector<double>(a.v.size())};
+  for (index i0 = 0; i0 < index(a.v.size()); i0 += n) {
+    double mean = 0;
+    if (!rms) {
+      for (index k = 0; k < n; ++k) mean += a.v[std::size_t(i0 + k)];
+      mean /= double(n);
+    }
+    double var = 0;
+    for (index k = 0; k < n; ++k) {
+      double const c = a.v[std::size_t(i0 + k)] - mean;
+      var += c * c;
+    }
+    var /= double(n);
+    kink(id, std::sqrt(var));
+    double const rs = 1.0 / std::sqrt(var + eps);
+    for (index k = 0; k < n; ++k) r.v[std::size_t(i0 + k)] = (a.v[std::size_t(i0 + k)] - mean) * rs;
+  }
+  return r;
+}
+
+arr ref::causal(int, arr const& a) {
+  std::size_t const R = a.shape.size();
+  if (R < 2) bad("causal rank");
+  index const Tq = a.shape[R - 2], Tk = a.shape[R - 1];
+  arr r = a;
+  for (index i = 0; i < index(a.v.size()); ++i) {
+    index const k = i % Tk, q = (i / Tk) % Tq;
+    if (k > q) r.v[std::size_t(i)] = -std::numeric_limits<double>::infinity();
+  }
+  return r;
+}
+
 arr ref::unsqueeze(int, arr const& a, int axis) {
   if (axis < 0 || std::size_t(axis) > a.shape.size()) bad("unsqueeze axis");
   arr r = a;

@@ -63,6 +63,19 @@ struct ref {
   arr unsqueeze(int id, arr const& a, int axis);
   arr reshape(int id, arr const& a, std::vector<index> shape);
   arr broadcast_to(int id, arr const& a, std::vector<index> shape);
+  // model ops (the `model` family)
+  /// gx::matmul: (M, K) or (B, M, K) times (K, N) or (B, K, N); a rank-2 operand is shared
+  /// by every batch element.
+  arr matmul(int id, arr const& a, arr const& b);
+  /// gx::softmax<axis> (log: gx::log_softmax<axis>); -infinity entries give 0 (-infinity).
+  arr softmax(int id, arr const& a, int axis, bool log);
+  /// gx::layer_norm (rms: gx::rms_norm) over the last axis, without affine parameters; a
+  /// row's standard deviation (root mean square) is recorded as its distance to a kink (its
+  /// gradient grows as its inverse).
+  arr norm(int id, arr const& a, bool rms, double eps);
+  /// gx::causal_mask over the last two axes: -infinity where the key position (last axis)
+  /// is after the query position.
+  arr causal(int id, arr const& a);
 
  private:
   void kink(int id, double distance);
