@@ -42,24 +42,8 @@ std::vector<I> indices_as(std::vector<int> const& v) {
 inline constexpr std::size_t backward_cost_bound = 6;
 template <std::size_t Backward, std::size_t Forward>
 struct backward_cost_within : std::bool_constant<Backward <= backward_cost_bound * Forward> {};
-/// Known gap (issue 32's note): an elementwise region over a rank-0 domain is planned as one
-/// kernel per parameter read, each evaluating the region's path derivative (ad/push.hpp:
-/// group_region joins uses along an axis, and a rank-0 domain has none), so a chain of
-/// scalars costs O(reads x depth) in the backward. Until the planner groups them, such a
-/// use counts one (its add), not its region: `scalar_region_excess` is what the rule leaves
-/// out. Every other plan element counts in full.
-template <class E>
-struct scalar_region_excess : std::integral_constant<std::size_t, 0> {};
-template <class D, class V, class M, class G>
-struct scalar_region_excess<gx::ad::use<D, V, M, G>>
-    : std::integral_constant<std::size_t, D::rank == 0 ? gx::ad::eval_cost_v<V> - 1 : 0> {};
-template <class... E>
-struct scalar_region_excess<gx::tuple<E...>>
-    : std::integral_constant<std::size_t, (scalar_region_excess<E>::value + ... + 0)> {};
 template <class Loss>
-using cost_check = backward_cost_within<gx::ad::backward_cost_v<Loss> -
-                                            scalar_region_excess<gx::backward_plan_t<Loss>>::value,
-                                        gx::ad::forward_cost_v<Loss>>;
+using cost_check = backward_cost_within<gx::ad::backward_cost_v<Loss>, gx::ad::forward_cost_v<Loss>>;
 
 }  // namespace rg
 

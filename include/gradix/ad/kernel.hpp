@@ -274,6 +274,11 @@ inline constexpr std::uint64_t member_axes_v = [] {
                  !(G::sparse && std::size_t(C) == G::axis);
         }
       }();
+      if constexpr (R == 0) {
+        // a rank-0 domain (a region of scalars): one element, every use a full member; the
+        // multi_use's inner axis is a formality (0), its kernel one sweep
+        return std::uint64_t(1);
+      }
       std::uint64_t r = 0;
       if (P == 0) r = in;  // full
       if (P != 0 && P == all) r = all;  // scalar

@@ -641,11 +641,16 @@ constexpr void prepare(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
 template <int I, class Top, class TMap, class V0, class... U>
 std::size_t scratch_bytes(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
   using P = detail::multi_parts<I, Top, TMap, V0, U...>;
-  auto const z = detail::layout_of<P>(mu);
-  return z.empty ? 0 : std::size_t(z.nb) * std::size_t(z.stride) * sizeof(typename P::T);
+  if constexpr (P::RD == 0) {
+    return 0;  // one element (run_serial)
+  } else {
+    auto const z = detail::layout_of<P>(mu);
+    return z.empty ? 0 : std::size_t(z.nb) * std::size_t(z.stride) * sizeof(typename P::T);
+  }
 }
 
-/// One element at a time over the whole domain (constant evaluation).
+/// One element at a time over the whole domain (constant evaluation, and a region of
+/// scalars).
 template <int I, class Top, class TMap, class V0, class... U>
 constexpr void run_serial(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
   using P = detail::multi_parts<I, Top, TMap, V0, U...>;
@@ -681,7 +686,7 @@ namespace detail {
 /// run(multi_use), and with WV the loss value too (run_carrying): returns false, having
 /// done nothing, when WV and the kernel cannot carry it at run time.
 template <bool WV, class F, int I, class Top, class TMap, class V0, class... U>
-bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]] F const* fnode,
+bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]] F const* fnode,
                [[maybe_unused]] value_type_t<Top>* vout) {
   using P = detail::multi_parts<I, Top, TMap, V0, U...>;
   using T = typename P::T;
@@ -932,6 +937,21 @@ bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unused]]
     ++k;
   });
   return true;
+}
+/// run_multi_axes, or for a region of scalars (a rank-0 domain) its one element by one
+/// sweep (no loss value to carry).
+template <bool WV, class F, int I, class Top, class TMap, class V0, class... U>
+bool run_multi(ad::multi_use<I, Top, TMap, V0, U...> const& mu, F const* fnode, value_type_t<Top>* vout) {
+  if constexpr (multi_parts<I, Top, TMap, V0, U...>::RD == 0) {
+    if constexpr (WV) {
+      return false;
+    } else {
+      run_serial(mu);
+      return true;
+    }
+  } else {
+    return run_multi_axes<WV>(mu, fnode, vout);
+  }
 }
 }  // namespace detail
 
