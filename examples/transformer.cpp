@@ -78,6 +78,11 @@ struct block_params {
         g2(constant(s.D, 1)), b2(constant(s.D, 0)), W1(matrix(s.D, s.F, seed + 5, 0.02f)),
         W2(matrix(s.F, s.D, seed + 6, 0.02f / std::sqrt(2.0f * float(layers)))),
         c1(constant(s.F, 0)), c2(constant(s.D, 0)) {}
+  // f(every parameter of the block...)
+  template <class F>
+  decltype(auto) with_params(F&& f) {
+    return f(g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, W2, c1, c2);
+  }
 };
 
 constexpr int layers = 2;  // the blocks (a compile-time count: each is part of the step's type)
@@ -92,6 +97,13 @@ struct model {
       : s(z), E(matrix(z.V, z.D, seed, 0.02f)), P(matrix(z.T, z.D, seed + 100, 0.01f)),
         l0(z, seed + 200, layers), l1(z, seed + 300, layers), gf(constant(z.D, 1)), bf(constant(z.D, 0)),
         Wout(matrix(z.D, z.V, seed + 400, 0.02f)) {}
+  // f(every parameter of the model...): the one list the optimizer and the clip read
+  template <class F>
+  decltype(auto) with_params(F&& f) {
+    return l0.with_params([&](auto&... a) {
+      return l1.with_params([&](auto&... b) -> decltype(auto) { return f(E, P, a..., b..., gf, bf, Wout); });
+    });
+  }
 
   // doc-snippet: attention
   // multi-head causal self-attention of x (B, T, D): the heads become a batch axis,
@@ -204,16 +216,8 @@ int main(int argc, char** argv) {
               tokens.size(), n_train, long(z.V), long(z.T), layers, long(z.D), long(z.H), long(z.F), long(B));
 
   model m(z, seed);
-  gx::optim::adamw opt({.lr = lr, .weight_decay = 0.01}, m.E, m.P, m.l0.g1, m.l0.b1, m.l0.Wq, m.l0.Wk, m.l0.Wv,
-                       m.l0.Wo, m.l0.g2, m.l0.b2, m.l0.W1, m.l0.W2, m.l0.c1, m.l0.c2, m.l1.g1, m.l1.b1, m.l1.Wq,
-                       m.l1.Wk, m.l1.Wv, m.l1.Wo, m.l1.g2, m.l1.b2, m.l1.W1, m.l1.W2, m.l1.c1, m.l1.c2, m.gf,
-                       m.bf, m.Wout);
-  auto clip_all = [&] {
-    return gx::optim::clip_grad_norm(clip, m.E, m.P, m.l0.g1, m.l0.b1, m.l0.Wq, m.l0.Wk, m.l0.Wv, m.l0.Wo, m.l0.g2,
-                                     m.l0.b2, m.l0.W1, m.l0.W2, m.l0.c1, m.l0.c2, m.l1.g1, m.l1.b1, m.l1.Wq,
-                                     m.l1.Wk, m.l1.Wv, m.l1.Wo, m.l1.g2, m.l1.b2, m.l1.W1, m.l1.W2, m.l1.c1,
-                                     m.l1.c2, m.gf, m.bf, m.Wout);
-  };
+  auto opt = m.with_params([&](auto&... p) { return gx::optim::adamw({.lr = lr, .weight_decay = 0.01}, p...); });
+  auto clip_all = [&] { return m.with_params([&](auto&... p) { return gx::optim::clip_grad_norm(clip, p...); }); };
 
   // a batch: B windows of T + 1 tokens starting at random positions of [lo, hi)
   std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;

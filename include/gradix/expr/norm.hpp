@@ -15,7 +15,6 @@
 /// defaults to 1e-5 (LayerNorm's) for layer_norm and 1e-6 for rms_norm. The affine
 /// parameters are an elementwise product and sum around the row node.
 
-#include "gradix/api/let.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/shape.hpp"
