@@ -59,7 +59,10 @@ static_assert(cheap_backward<decltype(gx::sum(gx::square(gx::softmax<1>(gx::matm
 static_assert(cheap_backward<decltype(gx::sum(gx::square(gx::log_softmax<0>(gx::matmul(X(), W())))))>);
 static_assert(cheap_backward<decltype(gx::sum(gx::square(X() - gx::mean<1>(gx::matmul(X(), W()), gx::keep_dims))))>);
 static_assert(cheap_backward<decltype(gx::sum(gx::square(causal_head(X()))))>);
-static_assert(cheap_backward<decltype(gx::sum(gx::square(block(X()))))>);
+// doc-snippet: cost
+static_assert(ad::backward_cost_v<decltype(gx::sum(gx::square(block(X()))))> <=
+              3 * ad::forward_cost_v<decltype(gx::sum(gx::square(block(X()))))>);  // a pre-norm block
+// end doc-snippet
 static_assert(cheap_backward<decltype(gx::cross_entropy(gx::matmul(std::declval<TD&>(), W()), std::declval<IV&>()))>);
 
 // The rule sees recomputation: the written-out layer norm planned over the expression
@@ -68,7 +71,10 @@ static_assert(cheap_backward<decltype(gx::cross_entropy(gx::matmul(std::declval<
 using P3 = gx::parameter<double, gx::shape<dyn, dyn, dyn>>;
 using ln_loss = decltype(gx::sum(gx::square(layer_norm_written_out(std::declval<P3&>()))));
 using ln_plan_plain = decltype(ad::plan(std::declval<ln_loss&>()));
+// doc-snippet: recomputed
+// the written-out layer norm planned without the save transform: its means recomputed
 static_assert(ad::plan_cost_v<ln_plan_plain> > 6 * ad::forward_cost_v<ln_loss>);
+// end doc-snippet
 static_assert(cheap_backward<ln_loss>);  // the plan a call runs
 
 TEST_CASE("cost rule: a transformer block's backward costs a few forwards (compile-time figures)") {
