@@ -55,7 +55,7 @@ generator:
   as a plain value, and self-attention over T (causal or not, h bound by gx::let); then a
   sum or mean over everything, or the output itself (seeded by W).
 
-Every graph's backward is held to the compile-time cost rule (include/gradix/ad/cost.hpp):
+Every graph's backward is held to the compile-time cost rule (include/gradix/api/cost.hpp):
 backward_cost_v <= 6 forward_cost_v, a static_assert (RG_CHECK_COST, random_graph.hpp).
 
 Staying inside the domains, away from the kinks

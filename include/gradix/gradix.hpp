@@ -49,7 +49,7 @@
 #include "gradix/api/fill.hpp"
 #include "gradix/api/param.hpp"
 #include "gradix/api/saved.hpp"
-#include "gradix/ad/cost.hpp"
+#include "gradix/api/cost.hpp"
 #include "gradix/api/let.hpp"
 #include "gradix/expr/norm.hpp"
 #include "gradix/api/backward.hpp"

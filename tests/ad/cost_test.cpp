@@ -1,4 +1,4 @@
-// The compile-time cost rule (ad/cost.hpp, docs/ad.md "What a backward costs") on model
+// The compile-time cost rule (api/cost.hpp, ad/cost.hpp; docs/ad.md "What a backward costs") on model
 // blocks written the natural way: a backward call costs at most 3 times its forward in
 // ad::eval_cost units, every value computed once; and the rule sees a backward that
 // recomputes a reduction per element (a layer norm written out, planned without the save

@@ -36,7 +36,7 @@ std::vector<I> indices_as(std::vector<int> const& v) {
   return std::vector<I>(v.begin(), v.end());
 }
 
-/// The compile-time cost rule (ad/cost.hpp): a backward call costs at most
+/// The compile-time cost rule (api/cost.hpp): a backward call costs at most
 /// `backward_cost_bound` times the forward. The template arguments appear in a failure's
 /// message (both compilers print them).
 inline constexpr std::size_t backward_cost_bound = 6;
@@ -50,7 +50,7 @@ using cost_check = backward_cost_within<gx::ad::backward_cost_v<Loss>, gx::ad::f
 /// LOSS: the scalar the gradient checks differentiate (the root, or sum(W * root)).
 #define RG_CHECK_COST(LOSS)                                                                     \
   static_assert(rg::cost_check<std::remove_cvref_t<decltype(LOSS)>>::value,                    \
-                "random graph: backward_cost_v > 6 forward_cost_v (ad/cost.hpp): the backward " \
+                "random graph: backward_cost_v > 6 forward_cost_v (api/cost.hpp): the backward " \
                 "recomputes what the forward keeps")
 
 #define RG_CHECK_FORWARD(expected, got)                     \
