@@ -1,8 +1,13 @@
 #pragma once
 /// \file
-/// The compile-time plan of a backward pass: a tuple of update kernels (`use`s), one per
-/// parameter use. (The values a call keeps in buffers are decided by ad/save.hpp; a call
-/// runs the plan of the expression over those buffers: gx::backward_plan_t in api/saved.hpp.) `plan(e)` builds it; its type tells, for each kernel, the
+/// The compile-time plan of a backward pass: a tuple of plan elements. An update kernel
+/// (`use`) per parameter use, except where kernels are joined (`fused_use`: the two uses of
+/// one `+`; `multi_use`: the uses of one elementwise region, ad/kernel.hpp), and an element
+/// per kept node whose backward needs a buffer first (`product_use`, `staged_use`,
+/// `let_use`, `row_use`: ad/product.hpp), which builds its operands' plans where it runs.
+/// (The values a call keeps in buffers are decided by ad/save.hpp; a call runs the plan of
+/// the expression over those buffers: gx::backward_plan_t in api/saved.hpp.) `plan(e)`
+/// builds it; its type tells, for each kernel, the
 /// domain rank, the kind of each domain axis (affine, lookup, projected), whether the write
 /// map is injective (plain stores) or needs owner-computes accumulation, the domain axis
 /// walked innermost, and whether projected sums collapse to `extent x v`.

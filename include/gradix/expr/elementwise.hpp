@@ -3,7 +3,7 @@
 /// Elementwise nodes (unary and binary, generic over a scalar functor), their builders and
 /// the arithmetic operators. Broadcasting: numpy rules aligned at the last axis, where an
 /// axis broadcasts only when its extent is statically 1; dynamic extents must match, checked
-/// at run time (DESIGN.md section 2: every broadcast is visible in the types).
+/// at run time (every broadcast is visible in the types: docs/concepts.md).
 
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
