@@ -22,8 +22,8 @@
 ///                          value of the let that binds Z
 ///   let_node<Z, X, Body>   the value of Body, in which every var_node<Z> stands for z_'s
 ///                          value (z_: the operand, of type X); built by gx::let and
-///                          ad::let (ad/save.hpp). A let in Body binding the same name
-///                          shadows it there (rebuild.hpp, bind_var).
+///                          ad::let (ad/save.hpp). No let in Body binds the same name
+///                          (its level is lower).
 ///   bound_let_node<Z, Z2, Body2>
 ///                          what the save transform (api/saved.hpp) makes of a let_node:
 ///                          z_ (Z2) is the transformed operand, its value computed once into a

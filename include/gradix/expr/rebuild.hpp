@@ -118,16 +118,14 @@ constexpr auto rebuild(save_node<A> const& n, F const& f) {
 // ---------------------------------------------------------------------------------------
 // Lets (expr/let.hpp): the operand computed once, the body's placeholders bound to it.
 
-/// Whether N reads the placeholder var_node<Z> (types only). In a let binding the same name
-/// Z, only the operand can read it (the body's placeholders are that let's).
+/// Whether N reads the placeholder var_node<Z> (types only).
 template <class N, class Z>
 constexpr bool mentions_var() {
   if constexpr (std::is_same_v<N, var_node<Z>>) {
     return true;
   } else if constexpr (is_let_node<N>::value) {
-    if constexpr (mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>()) return true;
-    else if constexpr (std::is_same_v<typename N::name_type, Z>) return false;  // shadowed
-    else return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
+    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>() ||
+           mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
   } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
     return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, Z>() ||
            mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, Z>();
@@ -151,8 +149,8 @@ struct binding {
   }
 };
 /// n with every var_node<Z> replaced by rep (placeholders are named by small types,
-/// expr/let.hpp: binding renames nothing; a let in n that binds Z itself shadows it in its
-/// body).
+/// expr/let.hpp: binding renames nothing). No let inside n binds Z itself: a let's level is
+/// above every level in its body, and a name under construction is a closure type's.
 template <class Z, class Rep, class N>
 constexpr auto bind_var(N const& n, Rep const& rep) {
   if constexpr (std::is_same_v<N, var_node<Z>>) {
@@ -161,13 +159,10 @@ constexpr auto bind_var(N const& n, Rep const& rep) {
     return n;
   } else if constexpr (is_let_node<N>::value) {
     using Z1 = typename N::name_type;
+    static_assert(!std::is_same_v<Z1, Z>, "gradix internal: nested lets share a placeholder name");
     auto z = bind_var<Z>(n.z_, rep);
-    if constexpr (std::is_same_v<Z1, Z>) {
-      return let_node<Z1, decltype(z), decltype(n.body_)>{z, n.body_};  // shadowed in the body
-    } else {
-      auto b = bind_var<Z>(n.body_, rep);
-      return let_node<Z1, decltype(z), decltype(b)>{z, b};
-    }
+    auto b = bind_var<Z>(n.body_, rep);
+    return let_node<Z1, decltype(z), decltype(b)>{z, b};
   } else {
     return rebuild<true>(n, binding<Z, Rep>{rep});
   }
