@@ -13,7 +13,7 @@
 #include <gradix/backend/cuda/launch.hpp>
 #include <gradix/backend/grid/assign.hpp>
 #include <gradix/backend/grid/backward.hpp>
-#include <gradix/backend/grid/dispatch.hpp>
+#include <gradix/api/device_entry.hpp>
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/param.hpp>
 #include <gradix/backend/grid/reduce.hpp>

@@ -9,7 +9,7 @@
 #include "gradix/gradix.hpp"
 #include "gradix/backend/grid/assign.hpp"
 #include "gradix/backend/grid/backward.hpp"
-#include "gradix/backend/grid/dispatch.hpp"
+#include "gradix/api/device_entry.hpp"
 #include "gradix/backend/grid/grad.hpp"
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/memory.hpp"

@@ -65,7 +65,7 @@ static_assert(gx::ad::is_fused<first_t<batched_sq>>::value);
 static_assert(!gx::ad::is_fused<first_t<batched_sum>>::value);
 // the per-term pair carries the loss value; the batched one does not (docs/ad.md)
 template <class E>
-constexpr int carrier_v = gx::detail::loss_carrier<gx::saved_expr_t<E>, plan_of<E>>::value;
+constexpr int carrier_v = gx::detail::loss_carrier<gx::host::executor, gx::saved_expr_t<E>, plan_of<E>>::value;
 static_assert(carrier_v<term_sq> == 0);
 static_assert(carrier_v<decltype(gx::mean(gx::square(std::declval<tables const&>().term())))> == 0);
 static_assert(carrier_v<batched_sq> < 0);

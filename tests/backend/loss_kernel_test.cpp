@@ -37,7 +37,7 @@ auto mix_chain(E const& e, W const& w) {
 }
 
 template <class E>
-constexpr int carrier_v = gx::detail::loss_carrier<gx::saved_expr_t<E>, gx::backward_plan_t<E>>::value;
+constexpr int carrier_v = gx::detail::loss_carrier<gx::host::executor, gx::saved_expr_t<E>, gx::backward_plan_t<E>>::value;
 
 // Which losses a kernel carries (types only).
 static_assert(carrier_v<decltype(gx::sum(exp_chain<1>(std::declval<PV&>())))> == 0);

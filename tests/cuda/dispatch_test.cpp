@@ -1,5 +1,5 @@
 // gx::backward, backward_only, grad, zero_grad, eval, value and assign on device expressions
-// (backend/grid/dispatch.hpp): the same calls as on the host, run with the launcher of the
+// (api/device_entry.hpp): the same calls as on the host, run with the launcher of the
 // expression's first device parameter (here the grid emulator), against the host results.
 // The founding benchmark's per-term and batched forms, sum and square loss, come first.
 // Suite `emulator`.

@@ -1,6 +1,9 @@
 #pragma once
 /// \file
-/// Reverse mode on the host: backward, backward_only, grad, zero_grad.
+/// Reverse mode: backward, backward_only, grad, zero_grad. Each call dispatches on where the
+/// expression's leaves live: device leaves go to the grid backend (api/device.hpp), host
+/// leaves run the save transform (exec/save.hpp) and the plan runner (exec/run.hpp) over
+/// host::executor.
 ///
 /// backward runs in two phases. First a serial pre-pass reserves gradient slots (sparse
 /// storage) or marks touched slices (dense storage) for every update kernel; this is the
@@ -11,12 +14,13 @@
 /// (docs/reliability.md).
 
 #include "gradix/ad/plan.hpp"
-#include "gradix/api/checks.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/api/device.hpp"
 #include "gradix/api/eval.hpp"
 #include "gradix/api/param.hpp"
-#include "gradix/backend/host/product.hpp"
-#include "gradix/backend/host/update.hpp"
+#include "gradix/api/saved.hpp"
+#include "gradix/backend/host/executor.hpp"
+#include "gradix/exec/run.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 
@@ -29,310 +33,11 @@
 namespace gradix {
 
 namespace detail {
-/// Calls f on each plain use of a plan element that writes a parameter's gradient (both
-/// parts of a fused pair, every member of a multi_use, the uses of a product's operand
-/// plans and of a let's plans; not the kernels that write a product's or a let's adjoint
-/// into the call's workspace).
-template <class U, class F>
-constexpr void for_each_use(U& u, F&& f) {
-  // every kernel of the element (host::detail::for_each_kernel) but a let's placeholder
-  // kernels, which write the let's buffer
-  host::detail::for_each_kernel(u, [&](auto& k) {
-    if constexpr (!is_let_grad<typename std::remove_cvref_t<decltype(k)>::storage_type>::value) f(k);
-  });
-}
-
-/// Whether N holds a parameter node (types only).
-template <class N>
-constexpr bool holds_param() {
-  if constexpr (is_param_node<N>::value) return true;
-  else if constexpr (is_let_node<N>::value)
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>() ||
-           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
-  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
-           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  else if constexpr (requires(N const& x) { x.arg_; })
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
-  else return false;
-}
-/// The number of nodes of N (types only; memoized per type).
-template <class N>
-constexpr std::size_t count_nodes();
-template <class N>
-inline constexpr std::size_t node_count_v = count_nodes<std::remove_cvref_t<N>>();
-template <class N>
-constexpr std::size_t count_nodes() {
-  if constexpr (is_let_node<N>::value)
-    return 1 + node_count_v<decltype(std::declval<N const&>().z_)> + node_count_v<decltype(std::declval<N const&>().body_)>;
-  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
-    return 1 + node_count_v<decltype(std::declval<N const&>().lhs_)> + node_count_v<decltype(std::declval<N const&>().rhs_)>;
-  else if constexpr (requires(N const& x) { x.arg_; })
-    return 1 + node_count_v<decltype(std::declval<N const&>().arg_)>;
-  else
-    return 1;
-}
-/// grad() in constant evaluation rewrites the expression's parameter nodes
-/// (redirect_params), a recursion as deep as the expression: instantiated only for
-/// expressions of at most this many nodes (deeper ones exhaust the compiler's stack; a
-/// larger one is a gradix::error in constant evaluation, and run time is not affected).
-inline constexpr std::size_t constexpr_grad_nodes = 256;
-template <class N, class F>
-constexpr N redirect_params(N const& n, F const& f);
-/// redirect_params as rebuild's f.
-template <class F>
-struct redirecting {
-  static constexpr bool drops_marks = false;
-  F const& f;
-  template <bool U, class C>
-  constexpr auto apply(C const& c) const {
-    return redirect_params(c, f);
-  }
-};
-/// n (an expression before the save transform) with every parameter node's gradient target
-/// replaced by f(target) (grad(): the returned storages, or null); the same type.
-template <class N, class F>
-constexpr N redirect_params(N const& n, F const& f) {
-  if constexpr (!holds_param<N>()) {
-    return n;
-  } else if constexpr (is_param_node<N>::value) {
-    N r = n;
-    r.grad_ = f(n.grad_);
-    return r;
-  } else if constexpr (is_let_node<N>::value) {
-    return N{redirect_params(n.z_, f), redirect_params(n.body_, f)};
-  } else {
-    return rebuild<true>(n, redirecting<F>{f});
-  }
-}
-
-/// Runs f with ctx as this thread's grad() redirection (restored after, also on an
-/// exception). Run time only: out of grad(), which is constexpr (g++ 12 rejects a local
-/// with a destructor there even on the branch constant evaluation does not take).
-template <class F>
-void with_grad_redirect(grad_redirect const& ctx, F&& f) {
-  struct scope {
-    grad_redirect const* saved;
-    ~scope() { current_grad_redirect() = saved; }
-  } const restore{current_grad_redirect()};
-  current_grad_redirect() = &ctx;
-  f();
-}
-
-/// Number of plain uses in a plan element, and in a plan (for_each_use's).
-template <class Plan>
-struct plan_uses;
-template <class U>
-inline constexpr std::size_t uses_in_v = 1;
-template <class P0, class PA, class PB, class SN>
-inline constexpr std::size_t uses_in_v<ad::product_use<P0, PA, PB, SN>> = plan_uses<PA>::value + plan_uses<PB>::value;
-template <class P0, class PE, class SN>
-inline constexpr std::size_t uses_in_v<ad::staged_use<P0, PE, SN>> = plan_uses<PE>::value;
-template <class G, class PX, class SN>
-inline constexpr std::size_t uses_in_v<ad::row_use<G, PX, SN>> = plan_uses<PX>::value;
-template <class PB, class PZ, class... R>
-inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, R...>> = plan_uses<PB>::value + plan_uses<PZ>::value;
-template <class U1, class U2>
-inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
-template <int I, class Top, class M, class V0, class... U>
-inline constexpr std::size_t uses_in_v<ad::multi_use<I, Top, M, V0, U...>> = sizeof...(U);
-template <class... E>
-struct plan_uses<tuple<E...>> : std::integral_constant<std::size_t, (uses_in_v<E> + ... + 0)> {};
-template <class Plan>
-inline constexpr std::size_t plan_uses_v = plan_uses<std::remove_cvref_t<Plan>>::value;
-
-/// Check mode: scans each distinct target storage of a plan once, in plan order.
-template <class Plan>
-void check_finite_gradients(Plan const& p, char const* op) {
-  void const* seen[plan_uses_v<Plan> > 0 ? plan_uses_v<Plan> : 1] = {};
-  std::size_t n = 0;
-  for_each_element(p, [&](auto const& pu) {
-    for_each_use(pu, [&](auto const& u) {
-      if (!u.target_) return;
-      for (std::size_t k = 0; k < n; ++k)
-        if (seen[k] == u.target_) return;
-      seen[n] = u.target_;
-      check_finite_gradient(op, *u.target_, n++);
-    });
-  });
-}
-
-/// Marks every target storage of a plan busy in guard (a concurrent call on the same
-/// parameter throws) and records its tracking state.
-template <class Guard, class Plan>
-constexpr void guard_targets(Guard& guard, Plan const& p) {
-  for_each_element(p, [&](auto const& pu) {
-    for_each_use(pu, [&](auto const& u) { guard.take(u.target_); });
-  });
-}
-
-/// The serial pre-pass of a plan on the host (its targets taken by guard): reserves slots,
-/// marks touched slices and reserves the kernels' scratch (and `extra` bytes); if that fails (out of memory), the
-/// storages are restored and the error is a gradix::error naming `op`.
-template <class Guard, class Plan>
-void prepare_plan(Guard& guard, Plan const& p, char const* op, std::size_t extra = 0) {
-  try {
-    for_each_element(p, [](auto const& u) { host::prepare(u); });
-    std::size_t need = extra;
-    for_each_element(p, [&](auto const& u) { need = std::max(need, host::scratch_bytes(u)); });
-    host::scratch().reserve(need);
-  } catch (std::bad_alloc const&) {
-    guard.rollback();
-    fail(op, ": out of memory in the pre-pass (gradients unchanged)");
-  } catch (...) {
-    guard.rollback();
-    throw;
-  }
-}
-
-/// Runs a plan in two phases (strong guarantee). First, with every target storage marked
-/// busy (a concurrent call on the same parameter throws) and its tracking state recorded,
-/// the serial pre-pass reserves slots, marks touched slices and reserves the kernels'
-/// scratch; if that fails (out of memory), the storages are restored and the error is a
-/// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
+/// run_plan_on over the host's executor.
 template <class Plan>
 constexpr void run_plan(Plan const& p, char const* op) {
-  storage_guard<plan_uses_v<Plan>> guard(op);
-  guard_targets(guard, p);
-  if (std::is_constant_evaluated()) {
-    for_each_element(p, [](auto const& u) { host::prepare(u); });
-    for_each_element(p, [](auto const& u) { host::run_serial(u); });
-    return;
-  }
-  prepare_plan(guard, p, op);
-  for_each_element(p, [](auto const& u) { host::run(u); });
-  if (check_finite()) check_finite_gradients(p, op);
+  run_plan_on<host::executor>(p, op);
 }
-
-/// Number of elements of a plan.
-template <class Plan>
-inline constexpr std::size_t plan_elements_v = 0;
-template <class... E>
-inline constexpr std::size_t plan_elements_v<tuple<E...>> = sizeof...(E);
-
-/// The index of the first plan element that can carry the value of Root
-/// (host::carries_loss_v), or -1.
-template <class Root, class Plan>
-struct loss_carrier;
-template <class Root, class... E>
-struct loss_carrier<Root, tuple<E...>> {
-  static constexpr int value = [] {
-    constexpr bool c[] = {host::carries_loss_v<Root, E>..., false};
-    for (int i = 0; i < int(sizeof...(E)); ++i)
-      if (c[i]) return i;
-    return -1;
-  }();
-};
-
-/// backward(e) for a root whose value a kernel of the plan carries (loss_carrier): runs the
-/// plan as run_plan does, element C through host::run_carrying, and returns e's value (the
-/// bits of host::value(e)). Not in check mode (the value is checked before any gradient is
-/// written) nor in constant evaluation: run_plan and host::value there.
-template <int C, class Root, class Plan>
-value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* op) {
-  using T = value_type_t<Root>;
-  T parts[ev::max_blocks];
-  bool carried = false;
-  storage_guard<plan_uses_v<Plan>> guard(op);
-  guard_targets(guard, p);
-  prepare_plan(guard, p, op, host::carry_scratch_bytes(get<std::size_t(C)>(p), e));
-  [&]<std::size_t... K>(std::index_sequence<K...>) {
-    ([&] {
-       if constexpr (int(K) == C) {
-         carried = host::run_carrying(get<K>(p), e, parts);
-         if (!carried) host::run(get<K>(p));
-       } else {
-         host::run(get<K>(p));
-       }
-     }(), ...);
-  }(std::make_index_sequence<plan_elements_v<Plan>>{});
-  if (!carried) return host::value(e);
-  // the reduction's combination of its blocks (eval/reduce.hpp)
-  index_t const n = e.arg_.shape().size();
-  if (n == 0) return T(0);
-  index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;
-  T r = parts[0];
-  for (index_t k = 1; k < nb; ++k) r = r + parts[k];
-  using CE = std::remove_cvref_t<decltype(get<std::size_t(C)>(p))>;
-  if constexpr (host::carries_row_maxima_v<Root, CE>) {
-    // the carried row maxima differ from the reduction's only in a zero's sign (which no
-    // sum shows: it starts at +0) and a NaN's payload: a NaN is computed by value(), for
-    // its bits
-    if (r != r) return host::value(e);
-  }
-  if constexpr (std::is_same_v<typename host::detail::loss_root<Root>::op, op::mean_of>) r = r / T(n);
-  return r;
-}
-
-/// Root is sum(L + R) or sum(L - R) (or mean) over every axis of a floating-point F, where L
-/// or R is broadcast along some axis (its static extent 1 where F's is not): the founding
-/// benchmark's batched loss. backward(e) computes such a value as the backward kernels treat
-/// their adjoints (DESIGN.md, "Write maps are an algebra"): a term that does not depend on a
-/// broadcast axis sums over it to extent x its own sum, so the value is
-/// (|F| / |L|) sum(L) +- (|F| / |R|) sum(R), two reductions over the operands' own elements
-/// instead of one over F's (for the batched loss, 64 x 5000 + 64 x 100 elements instead of
-/// 64 x 5000 x 100), accumulated in double and rounded once (a mean: sum(L) / |L| +-
-/// sum(R) / |R|). Equal to value(e) up to rounding, not bit for bit (docs/ad.md).
-template <class Root>
-struct split_sum : std::false_type {};
-template <class Op, class B, class L, class R, axis_mask Mask>
-struct split_sum<reduce_node<Op, binary_node<B, L, R>, Mask, false>> {
-  using F = binary_node<B, L, R>;
-  using SF = shape_of_t<F>;
-  using SL = shape_of_t<L>;
-  using SR = shape_of_t<R>;
-  static constexpr std::size_t rank = SF::rank;
-  static constexpr bool minus = std::is_same_v<B, op::sub>;
-  static constexpr bool mean = std::is_same_v<Op, op::mean_of>;
-  static constexpr bool broadcasts(auto s) {
-    using S = typename decltype(s)::type;
-    for (std::size_t j = 0; j < rank; ++j)
-      if (S::static_extents[j] == 1 && SF::static_extents[j] != 1) return true;
-    return false;
-  }
-  static constexpr bool value = [] {
-    if constexpr (!(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>) ||
-                  !(std::is_same_v<B, op::add> || std::is_same_v<B, op::sub>) ||
-                  !std::is_floating_point_v<value_type_t<F>> || rank == 0 || rank >= 64 ||
-                  SL::rank != rank || SR::rank != rank) {
-      return false;
-    } else {
-      return Mask == (axis_mask(1) << rank) - 1 &&
-             std::is_same_v<value_type_t<L>, value_type_t<F>> &&
-             std::is_same_v<value_type_t<R>, value_type_t<F>> &&
-             (broadcasts(std::type_identity<SL>{}) || broadcasts(std::type_identity<SR>{}));
-    }
-  }();
-};
-template <class Root>
-inline constexpr bool split_sum_v = split_sum<Root>::value;
-
-/// Whether split_sum_value(e) reads at most half as many elements as e's own reduction
-/// (otherwise backward computes value(e), for its bits: the per-term founding loss, whose
-/// broadcast column adds 64 elements to the 64 x 5000 it reads anyway).
-template <class Root>
-bool split_sum_pays(Root const& e) {
-  return 2 * (e.arg_.lhs_.shape().size() + e.arg_.rhs_.shape().size()) <= e.arg_.shape().size();
-}
-
-/// The value of a split_sum root, as described there.
-template <class Root>
-value_type_t<Root> split_sum_value(Root const& e) {
-  using T = value_type_t<Root>;
-  auto const& f = e.arg_;
-  index_t const n = f.shape().size();
-  if (n == 0) return T(0);
-  // in double: the two parts can be large and of opposite signs (terms near -x and x),
-  // where float parts would cancel to a few significant digits
-  auto part = [&](auto const& x) {
-    double const s = double(host::value(gradix::sum(gradix::cast<double>(x))));
-    if constexpr (split_sum<Root>::mean) return s / double(x.shape().size());
-    else return s * double(n / x.shape().size());
-  };
-  double const l = part(f.lhs_), r = part(f.rhs_);
-  return T(split_sum<Root>::minus ? l - r : l + r);
-}
-
 }  // namespace detail
 
 /// Evaluates the rank-0 expression e, adds d e / d p into the gradient of every parameter p
@@ -347,14 +52,14 @@ constexpr auto backward(E const& e_in) {
   } else {
   return detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
     using E2 = std::remove_cvref_t<decltype(e2)>;
-    constexpr int C = detail::loss_carrier<E2, decltype(ad::plan(e2))>::value;
+    constexpr int C = detail::loss_carrier<host::executor, E2, decltype(ad::plan(e2))>::value;
     if constexpr (C >= 0) {
       if (!std::is_constant_evaluated() && !check_finite())
-        return detail::run_plan_carrying<C>(e2, ad::plan(e2), "gradix::backward");
+        return detail::run_plan_carrying<host::executor, C>(e2, ad::plan(e2), "gradix::backward");
     }
     if constexpr (detail::split_sum_v<E2>) {
       if (!std::is_constant_evaluated() && !check_finite() && detail::split_sum_pays(e2)) {
-        auto v = detail::split_sum_value(e2);
+        auto v = detail::split_sum_value<host::executor>(e2);
         detail::run_plan(ad::plan(e2), "gradix::backward");
         return v;
       }

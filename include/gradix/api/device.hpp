@@ -3,7 +3,7 @@
 /// How gx::backward, backward_only, grad, eval and value reach the device backend. An
 /// expression whose leaves are in cuda_space is handed to `detail::device_entry<N>`, which is
 /// declared here and defined by the device backend (gradix/device.hpp, through
-/// backend/grid/dispatch.hpp). The host API does not include the device backend, and a
+/// api/device_entry.hpp). The host API does not include the device backend, and a
 /// translation unit that runs a device expression without it gets one message at the call.
 ///
 /// The launcher (and so the stream) of a call is the launcher of the expression's first
@@ -11,7 +11,7 @@
 /// gradix::cuda::default_launcher() (cudaStreamPerThread); elsewhere that is a compile error
 /// that names grid::eval / grid::value, which take a launcher.
 
-#include "gradix/api/checks.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/visit.hpp"
 
@@ -19,7 +19,7 @@
 
 namespace gradix::detail {
 
-/// Defined by backend/grid/dispatch.hpp: static backward(e), backward_only(e),
+/// Defined by api/device_entry.hpp: static backward(e), backward_only(e),
 /// grad(e, params...), eval(e), value(e) for a prepared device expression of type N.
 template <class N>
 struct device_entry;

@@ -3,9 +3,9 @@
 /// Running expressions on the host: eval (to a new tensor), assign (into an existing tensor
 /// or view), value (a rank-0 result).
 
-#include "gradix/api/checks.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/api/device.hpp"
-#include "gradix/api/finite.hpp"
+#include "gradix/exec/finite.hpp"
 #include "gradix/api/saved.hpp"
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"

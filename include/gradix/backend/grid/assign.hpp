@@ -7,7 +7,7 @@
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/reduce.hpp"
-#include "gradix/api/checks.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/view.hpp"

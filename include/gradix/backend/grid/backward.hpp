@@ -31,7 +31,7 @@
 #include "gradix/ad/plan.hpp"
 #include "gradix/ad/product.hpp"
 #include "gradix/ad/save.hpp"
-#include "gradix/api/checks.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/backend/grid/assign.hpp"
 #include "gradix/backend/grid/grad.hpp"
 #include "gradix/backend/grid/launch.hpp"

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// The device half of gx::backward, backward_only, grad, eval, value and assign: when an
-/// expression's leaves are in cuda_space, those calls land here (api/device.hpp declares the
-/// entry, this header defines it) and run the grid:: functions with the launcher of the
+/// The device half of gx::backward, backward_only, grad, eval, value and assign (api layer:
+/// it includes the grid backend): when an expression's leaves are in cuda_space, those
+/// calls land here (api/device.hpp declares the entry, this header defines it) and run the grid:: functions with the launcher of the
 /// expression's first device parameter, so in its stream. Without a device parameter, nvcc's
 /// translation units use gradix::cuda::default_launcher() (cudaStreamPerThread); other
 /// translation units (the emulator tests) get a compile error that names grid::eval,

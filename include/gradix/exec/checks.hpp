@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Run-time checks the API makes before it runs an expression, and the guard that keeps
+/// Run-time checks a call makes before it runs an expression (the host entry points of api/
+/// and the grid backend use them alike), and the guard that keeps
 /// concurrent calls off one parameter's gradient.
 ///
 /// - prepare_leaves: a parameter leaf re-reads its value's data pointer (the value may have

@@ -1,0 +1,113 @@
+#pragma once
+/// \file
+/// The host's executor (exec/executor.hpp): host memory, the thread's workspace, the host's
+/// loops (host::assign, host::gemm, backend/host/kept.hpp) and its plan kernels
+/// (backend/host/update.hpp, fused.hpp, product.hpp). The save transform (exec/save.hpp) and
+/// the plan runner (exec/run.hpp) run over it for every call on host expressions.
+
+#include "gradix/backend/host/assign.hpp"
+#include "gradix/backend/host/gemm.hpp"
+#include "gradix/backend/host/kept.hpp"
+#include "gradix/backend/host/product.hpp"
+#include "gradix/backend/host/update.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/exec/executor.hpp"
+#include "gradix/expr/matmul.hpp"
+
+#include <cstddef>
+#include <new>
+
+namespace gradix::host {
+
+struct executor {
+  using space = host_space;
+  static std::byte* allocate(std::size_t bytes) {
+    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
+  }
+  static void deallocate(std::byte* p) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  /// The calling thread's workspace (out of line: see host::scratch()).
+  [[gnu::noinline]] static exec::call_workspace& workspace() {
+    thread_local exec::call_workspace w(&deallocate);
+    return w;
+  }
+  template <class V, class E>
+  static constexpr void assign(V const& dst, E const& e) {
+    host::assign(dst, e);
+  }
+  /// Whether gemm reads a strided matrix in place: always with gradix's loops; with a BLAS,
+  /// when one of its axes has a unit stride (blas_form_of).
+  template <class T>
+  static constexpr bool in_place(index_t rows, index_t cols, index_t rs, index_t cs) {
+    if constexpr (uses_blas_v<T>) {
+      if (std::is_constant_evaluated()) return true;
+      return blas_form_of(rows, cols, rs, cs).ok;
+    } else {
+      return true;
+    }
+  }
+  template <class T>
+  static constexpr void gemm(index_t batch, index_t m, index_t n, index_t k, mat_ref<T> a, mat_ref<T> b, T* c,
+                             index_t ldc, index_t bs, bool accumulate) {
+    host::gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate);
+  }
+  template <class N, class T>
+  static constexpr void rows(N const& n, T* c, T* rstd) {
+    row_values(n, c, rstd);
+  }
+  template <class N, class T>
+  static constexpr void segments(N const& n, T* c) {
+    segment_values(n, c);
+  }
+  template <class N, class T>
+  static constexpr void bags(N const& n, index_t* bag, T* scale) {
+    bag_positions(n, bag, scale);
+  }
+  template <class N>
+  static constexpr void argmax(N const& n, index_t* arg) {
+    argmax_values(n, arg);
+  }
+
+  // plan elements (exec/run.hpp)
+  template <class U, class F>
+  static constexpr void for_each_kernel(U& u, F&& f) {
+    detail::for_each_kernel(u, f);
+  }
+  template <class U>
+  static constexpr void prepare(U const& u) {
+    host::prepare(u);
+  }
+  template <class U>
+  static std::size_t scratch_bytes(U const& u) {
+    return host::scratch_bytes(u);
+  }
+  static void reserve_scratch(std::size_t bytes) { scratch().reserve(bytes); }
+  template <class U>
+  static void run(U const& u) {
+    host::run(u);
+  }
+  template <class U>
+  static constexpr void run_serial(U const& u) {
+    host::run_serial(u);
+  }
+  template <class E>
+  static constexpr value_type_t<E> value(E const& e) {
+    return host::value(e);
+  }
+  // the loss value carried by a gradient kernel (backend/host/plan_facts.hpp)
+  template <class Root, class U>
+  static constexpr bool carries_loss = carries_loss_v<Root, U>;
+  template <class Root, class U>
+  static constexpr bool carries_row_maxima = carries_row_maxima_v<Root, U>;
+  template <class U, class Root>
+  static std::size_t carry_scratch_bytes(U const& u, Root const& root) {
+    return host::carry_scratch_bytes(u, root);
+  }
+  template <class U, class Root>
+  static bool run_carrying(U const& u, Root const& root, value_type_t<Root>* parts) {
+    return host::run_carrying(u, root, parts);
+  }
+};
+static_assert(exec::executor<executor>);
+
+}  // namespace gradix::host

@@ -1,0 +1,62 @@
+#pragma once
+/// \file
+/// The executor: what the layer between the AD transforms and the backends (`exec/`) asks of
+/// a backend. The save transform (exec/save.hpp) is written once over it; each backend
+/// provides one executor (`host::executor` in backend/host/executor.hpp; the grid's is
+/// issue 33's next step), and api/ picks the executor from where the expression's leaves
+/// live. An executor is a type with static members only (it holds no state: the state of a
+/// call is its workspace and the plan):
+///
+///   memory
+///     space                          the memory space its views name (host_space, ...)
+///     allocate(bytes) / deallocate(p) bytes of that space, 64-byte aligned; allocate throws
+///                                    std::bad_alloc
+///     workspace()                    the calling thread's call_workspace on that memory
+///   forward work (every one writes only the destination it is given)
+///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
+///     in_place<T>(rows, cols, rs, cs) whether gemm reads a strided matrix as it is
+///     gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate)
+///                                    C = A B (+ C), mat_ref operands (expr/matmul.hpp)
+///     rows(n, c, rstd)               a row node's rows (softmax, log_softmax, the norms;
+///                                    expr/row.hpp) into row-major c, the norms' 1 / sd per row
+///                                    into rstd
+///     segments(n, c)                 a segment sum's bags (expr/bag.hpp) into row-major c
+///     bags(n, bag, scale)            per operand position, its bag and the bag's scale
+///     argmax(n, arg)                 a max reduction's first arg-max per output element
+///
+/// The concept below checks the members that are not templates; the others are checked
+/// where the save transform calls them.
+
+#include "gradix/config.hpp"
+
+#include <concepts>
+#include <cstddef>
+
+namespace gradix::exec {
+
+/// A thread's workspace on one executor's memory: one byte buffer that only grows, used as
+/// a stack by the calls of that thread (a warm call allocates nothing). `free_` gives the
+/// buffer back to the executor that allocated it.
+struct call_workspace {
+  std::byte* p_ = nullptr;
+  std::size_t cap_ = 0, top_ = 0;
+  void (*free_)(std::byte*) noexcept = nullptr;
+  call_workspace() = default;
+  explicit call_workspace(void (*f)(std::byte*) noexcept) : free_(f) {}
+  call_workspace(call_workspace const&) = delete;
+  call_workspace& operator=(call_workspace const&) = delete;
+  ~call_workspace() {
+    if (p_ && free_) free_(p_);
+  }
+};
+
+/// An executor (see the file comment): its memory and its workspace.
+template <class X>
+concept executor = requires(std::size_t b, std::byte* p) {
+  typename X::space;
+  { X::allocate(b) } -> std::same_as<std::byte*>;
+  { X::deallocate(p) } noexcept;
+  { X::workspace() } -> std::same_as<call_workspace&>;
+};
+
+}  // namespace gradix::exec

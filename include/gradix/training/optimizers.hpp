@@ -1,0 +1,577 @@
+#pragma once
+/// \file
+/// Optimizers (gx::optim): `sgd`, `adagrad`, `adam`, `adamw`, `lazy_adam`, and global-norm
+/// gradient clipping (`clip_grad_norm`).
+///
+/// The optimizers keep their state (momentum, moments, accumulators) in tensors of each
+/// parameter's shape and layout, allocated when the optimizer is made: a step allocates
+/// nothing. `step()` reads the gradients and updates the values; `zero_grad()` clears what
+/// backward wrote (only the touched slices). Which elements a step visits (the slices of
+/// training/slices.hpp):
+///
+/// - `sgd` (momentum, Nesterov, weight decay), `adagrad`: the touched slices when nothing
+///   changes elsewhere (no momentum and no weight decay for sgd, no weight decay for adagrad);
+///   otherwise every element of a parameter with dense storage, and still only the touched
+///   slices of a sparse one (its untouched slices keep their state as it was: lazy).
+/// - `adam` (`adamw` with decoupled weight decay): every element, every step, as the dense
+///   algorithm defines it: an untouched element's moments decay and its value still moves.
+///   With a sparse gradient this reads the whole table; use `lazy_adam` for embeddings.
+/// - `lazy_adam`: only the touched slices. A slice touched at step t after its previous
+///   touch at step s first catches up the moment decay of the skipped steps (m *= b1^(t-s-1),
+///   v *= b2^(t-s-1): the moments dense Adam would hold), then takes the Adam update with
+///   the global step's bias correction. Unlike `adam`, the value of an untouched slice does
+///   not move (dense Adam would keep moving it with its decaying momentum).
+///
+/// Each optimizer lists its state through `visit_state(f)`, which training/checkpoint.hpp
+/// saves and loads. Steps must not run while a backward call is writing the same parameters.
+///
+/// Part of `<gradix/optim.hpp>` (docs/optim.md), which includes this header.
+
+#include "gradix/api/param.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/error.hpp"
+#include "gradix/core/simd.hpp"
+#include "gradix/core/tensor.hpp"
+#include "gradix/training/slices.hpp"
+
+#if defined(GRADIX_HAS_VECTOR_EXT) && (defined(__SSE2__) || defined(__AVX__))
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gradix {
+
+namespace optim {
+
+namespace detail {
+template <class P>
+using value_tensor_t = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
+
+/// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the
+/// names of an optimizer's state in a checkpoint: "m.0", "m.1", ...).
+template <class Tuple, class F>
+void visit_indexed(char const* name, Tuple& t, F& f) {
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (f(std::string(name) + "." + std::to_string(K), std::get<K>(t)), ...);
+  }(std::make_index_sequence<std::tuple_size_v<Tuple>>{});
+}
+
+/// The slices a step visits: the touched ones, or every slice of a dense storage when
+/// `all_dense` (the update changes untouched elements too); f(id) per slice.
+template <class P, class F>
+void visit_slices(P& p, bool all_dense, F&& f) {
+  using G = gradix::detail::param_storage_t<P>;
+  if (all_dense && !G::sparse) {
+    index_t const n = gradix::detail::slice_count(p);
+    for (index_t id = 0; id < n; ++id) f(id);
+  } else {
+    for_each_grad_slice(p, f);
+  }
+}
+/// f(offset, grad pointer) for every element of the slices visit_slices visits.
+template <class P, class F>
+void visit(P& p, bool all_dense, F&& f) {
+  visit_slices(p, all_dense, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
+}
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// sqrt of each lane (one instruction on x86; lane by lane elsewhere).
+template <class T, int W>
+GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_sqrt(simd::pack<T, W> x) {
+  constexpr std::size_t bytes = sizeof(T) * std::size_t(W);
+  auto via = [&](auto r, auto f) {
+    std::memcpy(&r, &x, bytes);
+    r = f(r);
+    simd::pack<T, W> out;
+    std::memcpy(&out, &r, bytes);
+    return out;
+  };
+#if defined(__AVX512F__)
+  // (g++ 12 flags the intrinsics' own undefined-value placeholder)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+  if constexpr (bytes == 64 && std::is_same_v<T, float>) return via(__m512{}, [](__m512 a) { return _mm512_sqrt_ps(a); });
+  if constexpr (bytes == 64 && std::is_same_v<T, double>) return via(__m512d{}, [](__m512d a) { return _mm512_sqrt_pd(a); });
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+#if defined(__AVX__)
+  if constexpr (bytes == 32 && std::is_same_v<T, float>) return via(__m256{}, [](__m256 a) { return _mm256_sqrt_ps(a); });
+  if constexpr (bytes == 32 && std::is_same_v<T, double>) return via(__m256d{}, [](__m256d a) { return _mm256_sqrt_pd(a); });
+#endif
+#if defined(__SSE2__)
+  if constexpr (bytes == 16 && std::is_same_v<T, float>) return via(__m128{}, [](__m128 a) { return _mm_sqrt_ps(a); });
+  if constexpr (bytes == 16 && std::is_same_v<T, double>) return via(__m128d{}, [](__m128d a) { return _mm_sqrt_pd(a); });
+#endif
+  for (int l = 0; l < W; ++l) x[l] = T(std::sqrt(x[l]));
+  return x;
+}
+#endif
+template <class Tuple, class F>
+void each(Tuple& t, F&& f) {
+  std::apply([&](auto&... x) { (f(x), ...); }, t);
+}
+/// An option's value for a message: shortest %g form ("0.9", "1", "-1e-08").
+inline std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+inline void check_lr(char const* op, double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    gradix::detail::fail(op, ": the learning rate ", num(lr), " must be finite and >= 0");
+}
+inline void check_beta(char const* op, char const* name, double b) {
+  if (!(b >= 0 && b < 1)) gradix::detail::fail(op, ": ", name, " = ", num(b), " must be in [0, 1)");
+}
+}  // namespace detail
+
+struct sgd_options {
+  double lr = 1e-2;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+};
+
+/// SGD as PyTorch defines it: g += weight_decay * w; with momentum, b = momentum * b +
+/// (1 - dampening) * g (b = g on a slice's first step), then g = b, or g + momentum * b with
+/// Nesterov; w -= lr * g.
+template <class... P>
+class sgd {
+ public:
+  explicit sgd(sgd_options o, P&... p) : o_(o), p_(&p...), buf_(make_buf(p)...), first_(make_first(p)...) {
+    detail::check_lr("gradix::optim::sgd", o.lr);
+    if (o.momentum < 0) gradix::detail::fail("gradix::optim::sgd: momentum ", detail::num(o.momentum), " is negative");
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+      gradix::detail::fail("gradix::optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0");
+  }
+  sgd_options& options() { return o_; }
+  void step() {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
+  /// f(name, object&) for each piece of state a checkpoint keeps (gradix/checkpoint.hpp):
+  /// the options, and per parameter K the momentum buffer "buf.K" (made here when momentum
+  /// is on, as the next step would) and the first-step flags "first.K".
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("momentum"), o_.momentum);
+    f(std::string("dampening"), o_.dampening);
+    f(std::string("nesterov"), o_.nesterov);
+    f(std::string("weight_decay"), o_.weight_decay);
+    if (o_.momentum != 0)
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (ensure_buf(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...);
+      }(std::index_sequence_for<P...>{});
+    detail::visit_indexed("buf", buf_, f);
+    detail::visit_indexed("first", first_, f);
+  }
+  void zero_grad() {
+    detail::each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ private:
+  // the momentum buffer, only with momentum (a static shape's empty tensor would be full size)
+  template <class Q>
+  std::optional<detail::value_tensor_t<Q>> make_buf(Q& q) {
+    if (o_.momentum == 0) return std::nullopt;
+    return std::optional<detail::value_tensor_t<Q>>(std::in_place, q.value().shape());
+  }
+  // the momentum buffer and first-step flags, made when momentum is on and they are not yet
+  template <class Q>
+  static void ensure_buf(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
+    if (buf) return;
+    buf.emplace(p.value().shape());
+    first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
+  }
+  template <class Q>
+  std::vector<unsigned char> make_first(Q& q) {
+    return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
+  }
+  template <class Q>
+  void one(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
+    using T = typename Q::value_type;
+    T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
+    T* const w = p.value().data();
+    if (mu != 0) ensure_buf(p, buf, first);  // momentum set through options() after construction
+    T* const b = buf ? buf->data() : nullptr;
+    if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
+      for_each_grad_slice(p, [&](index_t id) {
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+          if (!g) return;
+          T* const wr = w + off;
+          index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            constexpr int W = simd::width<T>;
+            auto const lv = simd::splat<T, W>(lr);
+            for (; e + W <= n; e += W)
+              simd::store<T, W>(wr + e, simd::load<T, W>(wr + e) - lv * simd::load<T, W>(g + e));
+          }
+#endif
+          for (; e < n; ++e) wr[e] -= lr * g[e];
+        });
+      });
+      return;
+    }
+    auto slice = [&](index_t id) {
+      bool const fresh = mu != 0 && first[std::size_t(id)];
+      if (mu != 0) first[std::size_t(id)] = 0;
+      gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
+        T g = gp ? *gp : T(0);
+        if (wd != 0) g += wd * w[off];
+        if (mu != 0) {
+          b[off] = fresh ? g : T(mu * b[off] + damp * g);
+          g = o_.nesterov ? T(g + mu * b[off]) : b[off];
+        }
+        w[off] -= lr * g;
+      });
+    };
+    detail::visit_slices(p, o_.momentum != 0 || o_.weight_decay != 0, slice);
+  }
+  sgd_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<std::optional<detail::value_tensor_t<P>>...> buf_;
+  std::tuple<decltype(sizeof(P), std::vector<unsigned char>{})...> first_;
+};
+template <class... P>
+sgd(sgd_options, P&...) -> sgd<P...>;
+
+struct adagrad_options {
+  double lr = 1e-2;
+  double eps = 1e-10;
+  double weight_decay = 0;
+  double initial_accumulator = 0;
+};
+
+/// Adagrad: g += weight_decay * w; s += g^2; w -= lr * g / (sqrt(s) + eps).
+template <class... P>
+class adagrad {
+ public:
+  explicit adagrad(adagrad_options o, P&... p) : o_(o), p_(&p...), sum_(make_sum(p)...) {
+    detail::check_lr("gradix::optim::adagrad", o.lr);
+    if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::adagrad: eps ", detail::num(o.eps), " must be > 0");
+  }
+  adagrad_options& options() { return o_; }
+  /// f(name, object&) for each piece of state a checkpoint keeps: the options and the
+  /// accumulators "sum.K".
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("eps"), o_.eps);
+    f(std::string("weight_decay"), o_.weight_decay);
+    f(std::string("initial_accumulator"), o_.initial_accumulator);
+    detail::visit_indexed("sum", sum_, f);
+  }
+  void step() {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(sum_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
+  void zero_grad() {
+    detail::each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ private:
+  template <class Q>
+  detail::value_tensor_t<Q> make_sum(Q& q) {
+    detail::value_tensor_t<Q> s(q.value().shape());
+    if (o_.initial_accumulator != 0)
+      for (index_t k = 0; k < s.size(); ++k) s.data()[k] = typename Q::value_type(o_.initial_accumulator);
+    return s;
+  }
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& sum) {
+    using T = typename Q::value_type;
+    T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
+    T* const w = p.value().data();
+    T* const s = sum.data();
+    detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
+      T g = gp ? *gp : T(0);
+      if (wd != 0) g += wd * w[off];
+      s[off] += g * g;
+      w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
+    });
+  }
+  adagrad_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<detail::value_tensor_t<P>...> sum_;
+};
+template <class... P>
+adagrad(adagrad_options, P&...) -> adagrad<P...>;
+
+struct adam_options {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  /// AdamW: w -= lr * weight_decay * w (decoupled) instead of g += weight_decay * w.
+  bool decoupled = false;
+};
+
+namespace detail {
+/// The moments m, v of every parameter, and the Adam element update.
+template <class... P>
+class adam_base {
+ public:
+  adam_base(adam_options o, char const* op, P&... p) : o_(o), p_(&p...), m_(zeros(p)...), v_(zeros(p)...) {
+    check_lr(op, o.lr);
+    check_beta(op, "beta1", o.beta1);
+    check_beta(op, "beta2", o.beta2);
+    if (!(o.eps > 0)) gradix::detail::fail(op, ": eps ", num(o.eps), " must be > 0");
+  }
+  adam_options& options() { return o_; }
+  /// Steps taken.
+  std::int64_t steps() const { return t_; }
+  /// f(name, object&) for each piece of state a checkpoint keeps: the options, the step
+  /// count "t", the moments "m.K" and "v.K" (and lazy_adam's "last.K").
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("beta1"), o_.beta1);
+    f(std::string("beta2"), o_.beta2);
+    f(std::string("eps"), o_.eps);
+    f(std::string("weight_decay"), o_.weight_decay);
+    f(std::string("decoupled"), o_.decoupled);
+    f(std::string("t"), t_);
+    visit_indexed("m", m_, f);
+    visit_indexed("v", v_, f);
+  }
+  void zero_grad() {
+    each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ protected:
+  template <class Q>
+  static value_tensor_t<Q> zeros(Q& q) {
+    return value_tensor_t<Q>(q.value().shape());
+  }
+  /// The update of one element at step t_ (m, v already decayed for skipped steps).
+  template <class T>
+  struct coefs {
+    T lr, b1, b2, c1, c2, eps, wd, decay;  // decay: 1 - lr * wd (decoupled)
+  };
+  template <class T>
+  coefs<T> coefs_now() const {
+    double const c1 = 1 - std::pow(o_.beta1, double(t_));
+    double const c2 = 1 - std::pow(o_.beta2, double(t_));
+    return {T(o_.lr), T(o_.beta1), T(o_.beta2), T(1 / c1), T(1 / std::sqrt(c2)), T(o_.eps),
+            T(o_.decoupled ? 0 : o_.weight_decay), T(o_.decoupled ? 1 - o_.lr * o_.weight_decay : 1)};
+  }
+  /// update() over n consecutive elements (SIMD packs of the same operations, in the same
+  /// order: the same bits).
+  template <class T>
+  static void update_run(coefs<T> const& k, T* w, T* m, T* v, T const* g, index_t n) {
+    index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      constexpr int W = simd::width<T>;
+      using X = simd::pack<T, W>;
+      X const lr = simd::splat<T, W>(k.lr), b1 = simd::splat<T, W>(k.b1), b2 = simd::splat<T, W>(k.b2),
+              c1 = simd::splat<T, W>(k.c1), c2 = simd::splat<T, W>(k.c2), eps = simd::splat<T, W>(k.eps),
+              wd = simd::splat<T, W>(k.wd), decay = simd::splat<T, W>(k.decay), one = simd::splat<T, W>(T(1));
+      for (; e + W <= n; e += W) {
+        X gg = simd::load<T, W>(g + e), ww = simd::load<T, W>(w + e);
+        gg = gg + wd * ww;
+        X const mm = b1 * simd::load<T, W>(m + e) + (one - b1) * gg;
+        X const vv = b2 * simd::load<T, W>(v + e) + (one - b2) * gg * gg;
+        simd::store<T, W>(m + e, mm);
+        simd::store<T, W>(v + e, vv);
+        simd::store<T, W>(w + e, X(decay * ww - lr * (mm * c1) / (pack_sqrt<T, W>(vv) * c2 + eps)));
+      }
+    }
+#endif
+    for (; e < n; ++e) update(k, w[e], m[e], v[e], g[e]);
+  }
+  template <class T>
+  static void update(coefs<T> const& k, T& w, T& m, T& v, T g) {
+    g += k.wd * w;
+    m = k.b1 * m + (T(1) - k.b1) * g;
+    v = k.b2 * v + (T(1) - k.b2) * g * g;
+    // w -= lr * (m / c1) / (sqrt(v / c2) + eps), as sqrt(v) / sqrt(c2)
+    w = k.decay * w - k.lr * (m * k.c1) / (T(std::sqrt(v)) * k.c2 + k.eps);
+  }
+  adam_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<value_tensor_t<P>...> m_, v_;
+  std::int64_t t_ = 0;
+};
+}  // namespace detail
+
+/// Adam (AdamW with `decoupled`), the dense algorithm: every element of every parameter is
+/// updated each step (an element without gradient has g = 0).
+template <class... P>
+class adam : public detail::adam_base<P...> {
+  using base = detail::adam_base<P...>;
+
+ public:
+  explicit adam(adam_options o, P&... p) : base(o, "gradix::optim::adam", p...) {}
+  void step() {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_)), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+
+ private:
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt) {
+    using T = typename Q::value_type;
+    auto const k = this->template coefs_now<T>();
+    T* const w = p.value().data();
+    T* const m = mt.data();
+    T* const v = vt.data();
+    index_t const n = gradix::detail::slice_count(p);
+    for (index_t id = 0; id < n; ++id)
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+        if (g) {
+          base::update_run(k, w + off, m + off, v + off, g, len);
+        } else {  // a slice without a gradient (sparse storage): g = 0
+          for (index_t e = 0; e < len; ++e) base::update(k, w[off + e], m[off + e], v[off + e], T(0));
+        }
+      });
+  }
+};
+template <class... P>
+adam(adam_options, P&...) -> adam<P...>;
+
+/// AdamW: Adam with decoupled weight decay (`weight_decay`, applied as w *= 1 - lr * wd).
+template <class... P>
+class adamw : public adam<P...> {
+ public:
+  explicit adamw(adam_options o, P&... p) : adam<P...>(decoupled(o), p...) {}
+
+ private:
+  static adam_options decoupled(adam_options o) {
+    o.decoupled = true;
+    return o;
+  }
+};
+template <class... P>
+adamw(adam_options, P&...) -> adamw<P...>;
+
+/// Lazy Adam: only the touched slices are updated (see the file's comment): the step cost
+/// follows the gradient's size, not the table's.
+template <class... P>
+class lazy_adam : public detail::adam_base<P...> {
+  using base = detail::adam_base<P...>;
+
+ public:
+  explicit lazy_adam(adam_options o, P&... p)
+      : base(o, "gradix::optim::lazy_adam", p...), last_(std::vector<std::int64_t>(std::size_t(gradix::detail::slice_count(p)), 0)...) {}
+  void step() {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+  /// adam's state and the step at which each slice was last updated ("last.K").
+  template <class F>
+  void visit_state(F&& f) {
+    base::visit_state(f);
+    detail::visit_indexed("last", last_, f);
+  }
+
+ private:
+  template <class Q>
+  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt, std::vector<std::int64_t>& last) {
+    using T = typename Q::value_type;
+    auto const k = this->template coefs_now<T>();
+    T* const w = p.value().data();
+    T* const m = mt.data();
+    T* const v = vt.data();
+    for_each_grad_slice(p, [&](index_t id) {
+      std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
+      last[std::size_t(id)] = this->t_;
+      T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
+      T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+        T* const wr = w + off;
+        T* const mr = m + off;
+        T* const vr = v + off;
+        if (skipped > 0)
+          for (index_t e = 0; e < n; ++e) {
+            mr[e] *= d1;
+            vr[e] *= d2;
+          }
+        base::update_run(k, wr, mr, vr, g, n);
+      });
+    });
+  }
+  std::tuple<decltype(sizeof(P), std::vector<std::int64_t>{})...> last_;
+};
+template <class... P>
+lazy_adam(adam_options, P&...) -> lazy_adam<P...>;
+
+/// Global-norm gradient clipping, as PyTorch's clip_grad_norm_: the L2 norm of the
+/// gradients of all the parameters taken together (what backward wrote: the touched slices;
+/// computed in double, in parameter order), and when it exceeds max_norm every gradient is
+/// scaled by max_norm / (norm + 1e-6). Returns the norm before clipping. A non-finite norm
+/// (an infinite or NaN gradient) throws gradix::error naming the first parameter (0-based)
+/// that holds one, before anything is scaled; a negative or NaN max_norm throws too.
+template <class... P>
+  requires(sizeof...(P) > 0)
+double clip_grad_norm(double max_norm, P&... params) {
+  constexpr char const* op = "gradix::optim::clip_grad_norm";
+  if (!(max_norm >= 0.0)) gradix::detail::fail(op, ": max_norm = ", detail::num(max_norm), " must be a non-negative number");
+  // every run of gradient elements of p: f(pointer, count), the pointer writable (p is)
+  auto runs = [](auto& p, auto&& f) {
+    for_each_grad_slice(p, [&](index_t id) {
+      gradix::detail::slice_runs(p, id, [&](index_t, auto const* g, index_t n) {
+        using T = std::remove_cvref_t<decltype(*g)>;
+        if (g) f(const_cast<T*>(g), n);  // (the storage of p, held by non-const reference)
+      });
+    });
+  };
+  double total = 0;
+  std::size_t bad = sizeof...(P);
+  std::size_t k = 0;
+  auto accumulate = [&](auto& p) {
+    double s = 0;
+    bool finite = true;
+    runs(p, [&](auto const* g, index_t n) {
+      for (index_t e = 0; e < n; ++e) {
+        s += double(g[e]) * double(g[e]);
+        finite = finite && std::isfinite(double(g[e]));
+      }
+    });
+    if (!finite && bad == sizeof...(P)) bad = k;
+    total += s;
+    ++k;
+  };
+  (accumulate(params), ...);
+  double const norm = std::sqrt(total);
+  if (bad < sizeof...(P))
+    gradix::detail::fail(op, ": the gradients' norm is ", detail::num(norm), " (parameter ", bad,
+                         " holds a non-finite gradient); nothing was scaled");
+  if (norm > max_norm) {
+    double const c = max_norm / (norm + 1e-6);
+    auto scale = [&](auto& p) {
+      runs(p, [&](auto* g, index_t n) {
+        using T = std::remove_cvref_t<decltype(*g)>;
+        for (index_t e = 0; e < n; ++e) g[e] = T(double(g[e]) * c);
+      });
+    };
+    (scale(params), ...);
+  }
+  return norm;
+}
+
+}  // namespace optim
+
+}  // namespace gradix
