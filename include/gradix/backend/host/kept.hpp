@@ -12,6 +12,7 @@
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/bag.hpp"
 #include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/map.hpp"
 #include "gradix/eval/reduce.hpp"
 #include "gradix/eval/row.hpp"
 #include "gradix/expr/bag.hpp"
