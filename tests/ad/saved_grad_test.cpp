@@ -129,7 +129,8 @@ TEST_CASE("saved: a call nested in a call of the same thread gets buffers of its
   auto x = gx::randn<double>(gx::dims(8, 5), 7);
   gx::detail::saved_sizes z;
   z.nd = 16;
-  gx::detail::saved_space_host outer(z);  // holds the thread's workspace
+  gx::host::executor ex;
+  gx::detail::saved_space_host outer(z, ex);  // holds the thread's workspace
   double* p = outer.take<double>(16);
   for (int k = 0; k < 16; ++k) p[k] = double(k);
   auto y = gx::eval(x - gx::max<1>(x, gx::keep_dims));  // nested: its own buffer

@@ -36,7 +36,8 @@ namespace detail {
 /// run_plan_on over the host's executor.
 template <class Plan>
 constexpr void run_plan(Plan const& p, char const* op) {
-  run_plan_on<host::executor>(p, op);
+  host::executor ex;
+  run_plan_on<host::executor>(ex, p, op);
 }
 }  // namespace detail
 
@@ -51,15 +52,16 @@ constexpr auto backward(E const& e_in) {
     else return value_type_t<N>{};
   } else {
   return detail::run_with_saved<true>(e, "gradix::backward", [&](auto const& e2) {
+    host::executor host_ex;
     using E2 = std::remove_cvref_t<decltype(e2)>;
     constexpr int C = detail::loss_carrier<host::executor, E2, decltype(ad::plan(e2))>::value;
     if constexpr (C >= 0) {
       if (!std::is_constant_evaluated() && !check_finite())
-        return detail::run_plan_carrying<host::executor, C>(e2, ad::plan(e2), "gradix::backward");
+        return detail::run_plan_carrying<host::executor, C>(host_ex, e2, ad::plan(e2), "gradix::backward");
     }
     if constexpr (detail::split_sum_v<E2>) {
       if (!std::is_constant_evaluated() && !check_finite() && detail::split_sum_pays(e2)) {
-        auto v = detail::split_sum_value<host::executor>(e2);
+        auto v = detail::split_sum_value<host::executor>(host_ex, e2);
         detail::run_plan(ad::plan(e2), "gradix::backward");
         return v;
       }

@@ -22,13 +22,15 @@ using saved_space_host = saved_space<host::executor>;
 /// run_with_saved_on over the host's executor (exec/save.hpp).
 template <bool Backward, class E, class F>
 constexpr decltype(auto) run_with_saved(E const& e, char const* op, F&& f) {
-  return run_with_saved_on<host::executor, Backward>(e, op, std::forward<F>(f));
+  host::executor ex;
+  return run_with_saved_on<host::executor, Backward>(ex, e, op, std::forward<F>(f));
 }
 /// product_into_on over the host's executor: a product at the root of a forward call,
 /// straight into dst (row-major, contiguous, e's shape, not read by e).
 template <class N>
 constexpr void product_into(N const& n, value_type_t<N>* dst, char const* op) {
-  product_into_on<host::executor>(n, dst, op);
+  host::executor ex;
+  product_into_on<host::executor>(ex, n, dst, op);
 }
 /// The calling thread's workspace for host calls.
 inline exec::call_workspace& thread_workspace() { return host::executor::workspace(); }

@@ -4,17 +4,18 @@
 /// a backend. The save transform (exec/save.hpp) is written once over it; each backend
 /// provides one executor (`host::executor` in backend/host/executor.hpp; the grid's is
 /// issue 33's next step), and api/ picks the executor from where the expression's leaves
-/// live. An executor is a type with static members only (it holds no state: the state of a
-/// call is its workspace and the plan):
+/// live. An executor is a small object that a call passes by reference to every step (the
+/// host's is empty; a device's names its launcher, so its stream); the state of a call is
+/// its workspace and its plan, not the executor:
 ///
 ///   memory
 ///     space                          the memory space its views name (host_space, ...)
 ///     allocate(bytes) / deallocate(p) bytes of that space, 64-byte aligned; allocate throws
 ///                                    std::bad_alloc
 ///     workspace()                    the calling thread's call_workspace on that memory
+///     in_place<T>(rows, cols, rs, cs) (static) whether gemm reads a strided matrix as it is
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
-///     in_place<T>(rows, cols, rs, cs) whether gemm reads a strided matrix as it is
 ///     gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate)
 ///                                    C = A B (+ C), mat_ref operands (expr/matmul.hpp)
 ///     rows(n, c, rstd)               a row node's rows (softmax, log_softmax, the norms;
@@ -35,28 +36,30 @@
 namespace gradix::exec {
 
 /// A thread's workspace on one executor's memory: one byte buffer that only grows, used as
-/// a stack by the calls of that thread (a warm call allocates nothing). `free_` gives the
-/// buffer back to the executor that allocated it.
+/// a stack by the calls of that thread (a warm call allocates nothing). `free_(ctx_, p)`
+/// gives the buffer back to the memory it came from (ctx_: the executor's allocator, e.g. a
+/// launcher; null for the host).
 struct call_workspace {
   std::byte* p_ = nullptr;
   std::size_t cap_ = 0, top_ = 0;
-  void (*free_)(std::byte*) noexcept = nullptr;
+  void (*free_)(void*, std::byte*) noexcept = nullptr;
+  void* ctx_ = nullptr;
   call_workspace() = default;
-  explicit call_workspace(void (*f)(std::byte*) noexcept) : free_(f) {}
+  call_workspace(void (*f)(void*, std::byte*) noexcept, void* ctx) : free_(f), ctx_(ctx) {}
   call_workspace(call_workspace const&) = delete;
   call_workspace& operator=(call_workspace const&) = delete;
   ~call_workspace() {
-    if (p_ && free_) free_(p_);
+    if (p_ && free_) free_(ctx_, p_);
   }
 };
 
 /// An executor (see the file comment): its memory and its workspace.
 template <class X>
-concept executor = requires(std::size_t b, std::byte* p) {
+concept executor = requires(X& x, std::size_t b, std::byte* p) {
   typename X::space;
-  { X::allocate(b) } -> std::same_as<std::byte*>;
-  { X::deallocate(p) } noexcept;
-  { X::workspace() } -> std::same_as<call_workspace&>;
+  { x.allocate(b) } -> std::same_as<std::byte*>;
+  { x.deallocate(p) } noexcept;
+  { x.workspace() } -> std::same_as<call_workspace&>;
 };
 
 }  // namespace gradix::exec

@@ -183,12 +183,12 @@ constexpr void guard_targets(Guard& guard, Plan const& p) {
 /// marks touched slices and reserves the kernels' scratch (and `extra` bytes); if that fails (out of memory), the
 /// storages are restored and the error is a gradix::error naming `op`.
 template <class Ex, class Guard, class Plan>
-void prepare_plan(Guard& guard, Plan const& p, char const* op, std::size_t extra = 0) {
+void prepare_plan(Ex& ex, Guard& guard, Plan const& p, char const* op, std::size_t extra = 0) {
   try {
-    for_each_element(p, [](auto const& u) { Ex::prepare(u); });
+    for_each_element(p, [&](auto const& u) { ex.prepare(u); });
     std::size_t need = extra;
-    for_each_element(p, [&](auto const& u) { need = std::max(need, Ex::scratch_bytes(u)); });
-    Ex::reserve_scratch(need);
+    for_each_element(p, [&](auto const& u) { need = std::max(need, ex.scratch_bytes(u)); });
+    ex.reserve_scratch(need);
   } catch (std::bad_alloc const&) {
     guard.rollback();
     fail(op, ": out of memory in the pre-pass (gradients unchanged)");
@@ -204,16 +204,16 @@ void prepare_plan(Guard& guard, Plan const& p, char const* op, std::size_t extra
 /// scratch; if that fails (out of memory), the storages are restored and the error is a
 /// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
 template <class Ex, class Plan>
-constexpr void run_plan_on(Plan const& p, char const* op) {
+constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
   storage_guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
   if (std::is_constant_evaluated()) {
-    for_each_element(p, [](auto const& u) { Ex::prepare(u); });
-    for_each_element(p, [](auto const& u) { Ex::run_serial(u); });
+    for_each_element(p, [&](auto const& u) { ex.prepare(u); });
+    for_each_element(p, [&](auto const& u) { ex.run_serial(u); });
     return;
   }
-  prepare_plan<Ex>(guard, p, op);
-  for_each_element(p, [](auto const& u) { Ex::run(u); });
+  prepare_plan<Ex>(ex, guard, p, op);
+  for_each_element(p, [&](auto const& u) { ex.run(u); });
   if (check_finite()) check_finite_gradients<Ex>(p, op);
 }
 
@@ -248,24 +248,24 @@ struct loss_carrier<Ex, Root, tuple<E...>> {
 /// value (the bits of the executor's value(e)). Not in check mode (the value is checked
 /// before any gradient is written) nor in constant evaluation: run_plan_on and value there.
 template <class Ex, int C, class Root, class Plan>
-value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* op) {
+value_type_t<Root> run_plan_carrying(Ex& ex, Root const& e, Plan const& p, char const* op) {
   using T = value_type_t<Root>;
   T parts[ev::max_blocks];
   bool carried = false;
   storage_guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
-  prepare_plan<Ex>(guard, p, op, Ex::carry_scratch_bytes(get<std::size_t(C)>(p), e));
+  prepare_plan<Ex>(ex, guard, p, op, ex.carry_scratch_bytes(get<std::size_t(C)>(p), e));
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ([&] {
        if constexpr (int(K) == C) {
-         carried = Ex::run_carrying(get<K>(p), e, parts);
-         if (!carried) Ex::run(get<K>(p));
+         carried = ex.run_carrying(get<K>(p), e, parts);
+         if (!carried) ex.run(get<K>(p));
        } else {
-         Ex::run(get<K>(p));
+         ex.run(get<K>(p));
        }
      }(), ...);
   }(std::make_index_sequence<plan_elements_v<Plan>>{});
-  if (!carried) return Ex::value(e);
+  if (!carried) return ex.value(e);
   // the reduction's combination of its blocks (eval/reduce.hpp)
   index_t const n = e.arg_.shape().size();
   if (n == 0) return T(0);
@@ -277,7 +277,7 @@ value_type_t<Root> run_plan_carrying(Root const& e, Plan const& p, char const* o
     // the carried row maxima differ from the reduction's only in a zero's sign (which no
     // sum shows: it starts at +0) and a NaN's payload: a NaN is computed by value(), for
     // its bits
-    if (r != r) return Ex::value(e);
+    if (r != r) return ex.value(e);
   }
   if constexpr (is_mean_root<Root>::value) r = r / T(n);
   return r;
@@ -336,7 +336,7 @@ bool split_sum_pays(Root const& e) {
 
 /// The value of a split_sum root, as described there.
 template <class Ex, class Root>
-value_type_t<Root> split_sum_value(Root const& e) {
+value_type_t<Root> split_sum_value(Ex& ex, Root const& e) {
   using T = value_type_t<Root>;
   auto const& f = e.arg_;
   index_t const n = f.shape().size();
@@ -344,7 +344,7 @@ value_type_t<Root> split_sum_value(Root const& e) {
   // in double: the two parts can be large and of opposite signs (terms near -x and x),
   // where float parts would cancel to a few significant digits
   auto part = [&](auto const& x) {
-    double const s = double(Ex::value(gradix::sum(gradix::cast<double>(x))));
+    double const s = double(ex.value(gradix::sum(gradix::cast<double>(x))));
     if constexpr (split_sum<Root>::mean) return s / double(x.shape().size());
     else return s * double(n / x.shape().size());
   };

@@ -150,7 +150,7 @@ constexpr auto compute_product(N const& n, saved_space<Ex>& s, value_type_t<N>* 
     constexpr std::size_t R = shape_of_t<X>::rank;
     T* q = s.template take<T>(std::size_t(x.shape().size()));
     tensor_view<T, shape_of_t<X>, row_major, typename Ex::space> v(q, x.shape());
-    Ex::assign(v, x);
+    s.ex().assign(v, x);
     index_t const rows = x.shape().extent(R - 2), cols = x.shape().extent(R - 1);
     return mat_ref<T>{q, cols, 1, R == 3 ? rows * cols : 0};
   };
@@ -158,7 +158,7 @@ constexpr auto compute_product(N const& n, saved_space<Ex>& s, value_type_t<N>* 
     mat_ref<T> a, b;
   };
   operands const o{operand(n.lhs_), operand(n.rhs_)};
-  Ex::gemm(n.batch(), n.rows(), n.cols(), n.inner(), o.a, o.b, c, n.cols(), N::rank == 3 ? n.rows() * n.cols() : 0,
+  s.ex().gemm(n.batch(), n.rows(), n.cols(), n.inner(), o.a, o.b, c, n.cols(), N::rank == 3 ? n.rows() * n.cols() : 0,
              false);
   return o;
 }
@@ -254,14 +254,14 @@ constexpr auto keep_segments(N const& n, saved_space<Ex>& s) {
   using S = shape_of_t<N>;
   static_assert(S::rank <= 2, "gradix::segment_sum: operands of rank 1 or 2");
   T* c = s.template take<T>(std::size_t(n.shape().size()));
-  Ex::segments(n, c);
+  s.ex().segments(n, c);
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, typename Ex::space>(c, n.shape()))};
   if (!s.argmax()) return r;
   index_t const len = n.arg_.shape().extent(0);
   index_t* bag = s.template take<index_t>(std::size_t(len));
   T* sc = s.template take<T>(std::size_t(len));
-  Ex::bags(n, bag, sc);
+  s.ex().bags(n, bag, sc);
   r.extra_.bag_of = bag;
   r.extra_.scale = sc;
   r.extra_.gout = workspace_grad<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
@@ -280,7 +280,7 @@ constexpr auto keep_row(N const& n, saved_space<Ex>& s) {
     index_t const len = n.shape().extent(N::axis);
     rstd = s.template take<T>(std::size_t(len > 0 ? n.shape().size() / len : 0));
   }
-  Ex::rows(n, c, rstd);
+  s.ex().rows(n, c, rstd);
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(tensor_view<T, S, L, typename Ex::space>(c, n.shape()))};
   r.extra_.rstd = rstd;
@@ -310,7 +310,7 @@ constexpr auto keep_reshape(N const& n, saved_space<Ex>& s) {
   } else {
     T* p = s.template take<T>(std::size_t(n.shape().size()));
     tensor_view<T, shape_of_t<A>, row_major, typename Ex::space> dst(p, n.arg_.shape());
-    Ex::assign(dst, n.arg_);
+    s.ex().assign(dst, n.arg_);
     data = p;
   }
   using R = saved_node<N, L>;
@@ -336,7 +336,7 @@ constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s) {
   using Sp = typename Ex::space;
   T* p = s.template take<T>(std::size_t(n.shape().size()));
   tensor_view<T, S, L, Sp> buf(p, n.shape());
-  Ex::assign(buf, n);
+  s.ex().assign(buf, n);
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(buf)};
   if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {
@@ -348,7 +348,7 @@ constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s) {
     // the arg-max of each output element, for the backward
     constexpr std::size_t nred = std::size_t(__builtin_popcountll(N::mask));
     index_t* arg = s.template take<index_t>(std::size_t(n.shape().size()) * nred);
-    Ex::argmax(n, arg);
+    s.ex().argmax(n, arg);
     r.argmax_ = arg;
   }
   return r;
@@ -394,7 +394,7 @@ constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s) {
       using R = saved_node<var_node<Nm>, L>;
       using Sp = typename Ex::space;
       tensor_view<T, S, L, Sp> buf(s.template take<T>(std::size_t(n.z_.shape().size())), n.z_.shape());
-      Ex::assign(buf, z2);
+      s.ex().assign(buf, z2);
       R r{s.keep_node(v), typename R::buffer_type(buf)};
       if (gz) r.extra_.g = let_grad<T, S, Nm>(gz, n.z_.shape());
       return r;
@@ -430,9 +430,9 @@ constexpr saved_sizes saved_sizes_of(E const& e, bool argmax) {
 /// The buffers of a call of these sizes; out of memory is a gradix::error naming op, raised
 /// before anything is written.
 template <class Ex>
-constexpr saved_space<Ex> make_saved_space(saved_sizes const& z, char const* op) {
+constexpr saved_space<Ex> make_saved_space(saved_sizes const& z, char const* op, Ex& ex) {
   try {
-    return saved_space<Ex>(z);
+    return saved_space<Ex>(z, ex);
   } catch (std::bad_alloc const&) {
     fail(op, ": out of memory for the ", z.bytes(), " bytes of saved values (nothing written)");
   }
@@ -443,12 +443,12 @@ constexpr saved_space<Ex> make_saved_space(saved_sizes const& z, char const* op)
 /// kernels (kept max reductions keep their arg-max too). Out of memory for the buffers is a
 /// gradix::error naming op, raised before anything is written.
 template <class Ex, bool Backward, class E, class F>
-constexpr decltype(auto) run_with_saved_on(E const& e, char const* op, F&& f) {
+constexpr decltype(auto) run_with_saved_on(Ex& ex, E const& e, char const* op, F&& f) {
   if constexpr (ad::buffer_count_v<E> == 0) {
     return f(e);
   } else {
     saved_sizes const z = saved_sizes_of<Ex>(e, Backward);
-    saved_space<Ex> s = make_saved_space<Ex>(z, op);
+    saved_space<Ex> s = make_saved_space<Ex>(z, op, ex);
     auto const e2 = with_saved<true>(e, s);
     return f(e2);
   }
@@ -458,12 +458,12 @@ constexpr decltype(auto) run_with_saved_on(E const& e, char const* op, F&& f) {
 /// contiguous, e's shape, not read by e): the operands' kept values and copies in the call's
 /// buffers, the gemm writing dst.
 template <class Ex, class N>
-constexpr void product_into_on(N const& n, value_type_t<N>* dst, char const* op) {
+constexpr void product_into_on(Ex& ex, N const& n, value_type_t<N>* dst, char const* op) {
   saved_sizes z;
   count_saved<Ex, true>(n.lhs_, z);
   count_saved<Ex, true>(n.rhs_, z);
   count_product<Ex>(n, z);
-  saved_space<Ex> s = make_saved_space<Ex>(z, op);
+  saved_space<Ex> s = make_saved_space<Ex>(z, op, ex);
   auto a = with_saved<true>(n.lhs_, s);
   auto b = with_saved<true>(n.rhs_, s);
   compute_product(matmul_node<decltype(a), decltype(b)>{a, b, n.shape_}, s, dst);

@@ -105,7 +105,7 @@ struct node_arena {
 template <exec::executor X>
 class saved_space {
  public:
-  constexpr explicit saved_space(saved_sizes const& z) : z_(z) {
+  constexpr saved_space(saved_sizes const& z, X& ex) : z_(z), ex_(&ex) {
     if (std::is_constant_evaluated()) {
       // value-initialized arrays: constant evaluation (clang's, strictly) assigns only to
       // objects whose lifetime has begun, which std::allocator::allocate does not start
@@ -122,13 +122,13 @@ class saved_space {
   void take_from_workspace(saved_sizes const& z) {
     std::size_t need = z.bytes();
     if (need == 0) return;
-    exec::call_workspace& w = X::workspace();
+    exec::call_workspace& w = ex_->workspace();
     std::byte* base = nullptr;
     if (w.top_ == 0) {
       if (need > w.cap_) {  // grow (nothing of the workspace is in use)
         std::size_t b = need > 2 * w.cap_ ? need : 2 * w.cap_;
-        std::byte* q = X::allocate(b);  // std::bad_alloc: nothing changed
-        if (w.p_) X::deallocate(w.p_);
+        std::byte* q = ex_->allocate(b);  // std::bad_alloc: nothing changed
+        if (w.p_) ex_->deallocate(w.p_);
         w.p_ = q;
         w.cap_ = b;
       }
@@ -136,7 +136,7 @@ class saved_space {
       w.top_ = need;
       ws_ = &w;
     } else {  // nested in another call of this thread: buffers of its own
-      base = X::allocate(need);
+      base = ex_->allocate(need);
       heap_ = base;
     }
     auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
@@ -148,7 +148,7 @@ class saved_space {
   }
   void release() {
     if (ws_) ws_->top_ = 0;
-    if (heap_) X::deallocate(heap_);
+    if (heap_) ex_->deallocate(heap_);
     if (arena_) arena_->back_to(mark_);
   }
   saved_space(saved_space const&) = delete;
@@ -188,6 +188,8 @@ class saved_space {
       return ::new (p) R(r);
     }
   }
+  /// The executor that fills the buffers.
+  constexpr X& ex() const { return *ex_; }
   /// Whether kept max reductions keep their arg-max (a backward call).
   constexpr bool argmax() const { return z_.argmax; }
   /// The next n elements of T.
@@ -201,6 +203,7 @@ class saved_space {
 
  private:
   saved_sizes z_;
+  X* ex_;
   float* f_ = nullptr;
   double* d_ = nullptr;
   long double* l_ = nullptr;

@@ -28,7 +28,7 @@ struct executor {
   static void deallocate(std::byte* p) noexcept { ::operator delete(p, std::align_val_t{64}); }
   /// The calling thread's workspace (out of line: see host::scratch()).
   [[gnu::noinline]] static exec::call_workspace& workspace() {
-    thread_local exec::call_workspace w(&deallocate);
+    thread_local exec::call_workspace w([](void*, std::byte* p) noexcept { deallocate(p); }, nullptr);
     return w;
   }
   template <class V, class E>
