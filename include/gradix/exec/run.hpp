@@ -14,7 +14,7 @@
 /// elements can carry it), the value of a sum of broadcast terms by the broadcast rule
 /// (split_sum), and grad()'s redirection of parameter targets (redirect_params).
 ///
-/// Executor members used here (beyond exec/executor.hpp's): for_each_kernel(u, f),
+/// Executor members used here (beyond exec/executor.hpp's and exec/elements.hpp's):
 /// prepare(u), scratch_bytes(u), reserve_scratch(bytes), run(u), run_serial(u) (constant
 /// evaluation), value(e), and for the carried loss carries_loss<Root, U>,
 /// carries_row_maxima<Root, U>, carry_scratch_bytes(u, e), run_carrying(u, e, parts).
@@ -25,6 +25,7 @@
 #include "gradix/core/tuple.hpp"
 #include "gradix/eval/reduce.hpp"
 #include "gradix/exec/checks.hpp"
+#include "gradix/exec/elements.hpp"
 #include "gradix/exec/executor.hpp"
 #include "gradix/exec/finite.hpp"
 #include "gradix/expr/elementwise.hpp"
@@ -48,9 +49,9 @@ namespace gradix::detail {
 /// into the call's workspace).
 template <class Ex, class U, class F>
 constexpr void for_each_use(U& u, F&& f) {
-  // every kernel of the element (the executor's for_each_kernel) but a let's placeholder
+  // every kernel of the element (for_each_kernel, exec/elements.hpp) but a let's placeholder
   // kernels, which write the let's buffer
-  Ex::for_each_kernel(u, [&](auto& k) {
+  for_each_kernel(u, [&](auto& k) {
     if constexpr (!is_let_grad<typename std::remove_cvref_t<decltype(k)>::storage_type>::value) f(k);
   });
 }
@@ -185,9 +186,9 @@ constexpr void guard_targets(Guard& guard, Plan const& p) {
 template <class Ex, class Guard, class Plan>
 void prepare_plan(Ex& ex, Guard& guard, Plan const& p, char const* op, std::size_t extra = 0) {
   try {
-    for_each_element(p, [&](auto const& u) { ex.prepare(u); });
+    for_each_element(p, [&](auto const& u) { prepare_element(ex, u); });
     std::size_t need = extra;
-    for_each_element(p, [&](auto const& u) { need = std::max(need, ex.scratch_bytes(u)); });
+    for_each_element(p, [&](auto const& u) { need = std::max(need, element_scratch(ex, u)); });
     ex.reserve_scratch(need);
   } catch (std::bad_alloc const&) {
     guard.rollback();
@@ -208,12 +209,12 @@ constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
   storage_guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
   if (std::is_constant_evaluated()) {
-    for_each_element(p, [&](auto const& u) { ex.prepare(u); });
-    for_each_element(p, [&](auto const& u) { ex.run_serial(u); });
+    for_each_element(p, [&](auto const& u) { prepare_element(ex, u); });
+    run_elements<true>(ex, p);
     return;
   }
   prepare_plan<Ex>(ex, guard, p, op);
-  for_each_element(p, [&](auto const& u) { ex.run(u); });
+  run_elements<false>(ex, p);
   if (check_finite()) check_finite_gradients<Ex>(p, op);
 }
 
@@ -259,9 +260,9 @@ value_type_t<Root> run_plan_carrying(Ex& ex, Root const& e, Plan const& p, char 
     ([&] {
        if constexpr (int(K) == C) {
          carried = ex.run_carrying(get<K>(p), e, parts);
-         if (!carried) ex.run(get<K>(p));
+         if (!carried) run_element<false>(ex, get<K>(p));
        } else {
-         ex.run(get<K>(p));
+         run_element<false>(ex, get<K>(p));
        }
      }(), ...);
   }(std::make_index_sequence<plan_elements_v<Plan>>{});

@@ -294,7 +294,7 @@ class device_sparse_grad {
     std::uint32_t sequence;
   };
   /// Makes room for up to n new slices and returns the pointers a reservation kernel writes
-  /// (update.hpp's reserve_kernel). The host keeps an upper bound on the count (the count
+  /// (reserve.hpp's reserve_kernel). The host keeps an upper bound on the count (the count
   /// after its last read, plus the n of every call since). Only when that bound passes the
   /// capacity does it read the count back (one wait for the device), and only when the count
   /// plus n still does not fit does it grow: to max(2 x capacity, count + 4 n), at most the

@@ -2,20 +2,22 @@
 /// \file
 /// The host's executor (exec/executor.hpp): host memory, the thread's workspace, the host's
 /// loops (host::assign, host::gemm, backend/host/kept.hpp) and its plan kernels
-/// (backend/host/update.hpp, fused.hpp, product.hpp). The save transform (exec/save.hpp) and
+/// (backend/host/update.hpp, fused.hpp, row_adjoint.hpp). The save transform (exec/save.hpp) and
 /// the plan runner (exec/run.hpp) run over it for every call on host expressions.
 
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/backend/host/gemm.hpp"
 #include "gradix/backend/host/kept.hpp"
-#include "gradix/backend/host/product.hpp"
+#include "gradix/backend/host/row_adjoint.hpp"
 #include "gradix/backend/host/update.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
+#include "gradix/exec/elements.hpp"
 #include "gradix/exec/executor.hpp"
 #include "gradix/expr/matmul.hpp"
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 
 namespace gradix::host {
@@ -68,11 +70,8 @@ struct executor {
     argmax_values(n, arg);
   }
 
-  // plan elements (exec/run.hpp)
-  template <class U, class F>
-  static constexpr void for_each_kernel(U& u, F&& f) {
-    detail::for_each_kernel(u, f);
-  }
+  // plan elements (exec/run.hpp, exec/elements.hpp): the kernels of uses, fused pairs and
+  // multi uses; a row use's operand adjoint; clearing an adjoint buffer
   template <class U>
   static constexpr void prepare(U const& u) {
     host::prepare(u);
@@ -89,6 +88,18 @@ struct executor {
   template <class U>
   static constexpr void run_serial(U const& u) {
     host::run_serial(u);
+  }
+  template <bool Serial, class U>
+  static constexpr void row_adjoint(U const& u) {
+    host::row_adjoint<Serial>(u);
+  }
+  template <class T>
+  static constexpr void clear(T* p, index_t n) {
+    if (std::is_constant_evaluated()) {
+      for (index_t q = 0; q < n; ++q) p[q] = T(0);
+    } else if (n > 0) {
+      std::memset(static_cast<void*>(p), 0, std::size_t(n) * sizeof(T));
+    }
   }
   template <class E>
   static constexpr value_type_t<E> value(E const& e) {

@@ -19,10 +19,20 @@
 /// the scheme's lanes and blocks as it goes (`loss_lanes`): the value has the bits of
 /// value(e), and costs no pass of its own.
 ///
-/// Included at the end of backend/host/update.hpp (it uses that file's helpers).
+/// Included at the end of backend/host/update.hpp. It uses the plain kernels and their helpers
+/// (update_plain.hpp, scratch.hpp), and completes plan_facts.hpp's detail::fused_carries.
 
-#include "gradix/backend/host/update.hpp"
+#include "gradix/ad/kernel.hpp"
+#include "gradix/backend/host/plan_facts.hpp"
+#include "gradix/backend/host/scratch.hpp"
+#include "gradix/backend/host/thread_pool.hpp"
+#include "gradix/backend/host/update_plain.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/simd.hpp"
+#include "gradix/eval/cost.hpp"
+#include "gradix/eval/reduce.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 

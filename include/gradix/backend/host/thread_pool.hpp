@@ -37,7 +37,7 @@ class thread_pool {
   /// Changes the number of threads (>= 1); waits for a running job to finish first.
   void resize(int n) {
     if (in_worker())
-      detail::fail("gradix::set_num_threads: called from inside a gradix task (a generate() "
+      ::gradix::detail::fail("gradix::set_num_threads: called from inside a gradix task (a generate() "
                    "function or a user op); call it between gradix calls");
     if (n < 1) n = 1;
     std::lock_guard<std::mutex> busy(run_mutex_);

@@ -1,0 +1,245 @@
+#pragma once
+/// \file
+/// The plan elements that write a workspace buffer first (ad::materialises_v: products,
+/// staged uses, row uses, lets), run once for every executor: each is a short sequence of
+/// executor steps around the plans of its operands, which run recursively.
+///
+///   product_use   the product's adjoint dC into its buffer (adjoint_into), then
+///                 dA = dC op(B)^T and dB = op(A)^T dC by two gemms (straight into a dense
+///                 row-major parameter gradient when that is the operand: direct_gradient),
+///                 then the operands' plans from their buffers;
+///   staged_use    the node's adjoint into its buffer, then the operand's plan;
+///   row_use       the operand's adjoint from the adjoint and the kept rows
+///                 (the executor's row_adjoint), then the operand's plan;
+///   let_use       the let's buffer cleared, the body's plan (its placeholder reads add into
+///                 the buffer), then the operand's plan from it.
+///
+/// Other elements (use, fused_use, multi_use) are the executor's kernels: run(u),
+/// run_serial(u), prepare(u), scratch_bytes(u). Serial: the serial path, as in constant
+/// evaluation. Executor members used here: clear(p, n), assign(dst, e), gemm(...),
+/// row_adjoint<Serial>(u).
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/ad/product.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/tuple.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/matmul.hpp"
+#include "gradix/grad/storage.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::detail {
+
+template <class E>
+struct is_plan : std::false_type {};
+template <class... E>
+struct is_plan<tuple<E...>> : std::true_type {};
+
+/// Calls f(k) for every kernel k (use, member of a multi use) in plan element or plan e,
+/// through fused pairs and the operand plans of products, staged uses, row uses and lets
+/// (those built for the call: f sees copies, and what it changes in them is not kept).
+template <class E, class F>
+constexpr void for_each_kernel(E& e, F&& f) {
+  using U = std::remove_cv_t<E>;
+  if constexpr (is_plan<U>::value) {
+    for_each_element(e, [&](auto& x) { for_each_kernel(x, f); });
+  } else if constexpr (ad::is_product<U>::value) {
+    auto pa = e.pa();
+    auto pb = e.pb();
+    for_each_kernel(pa, f);
+    for_each_kernel(pb, f);
+  } else if constexpr (ad::is_staged<U>::value) {
+    auto pe = e.pe();
+    for_each_kernel(pe, f);
+  } else if constexpr (ad::is_row_use<U>::value) {
+    auto px = e.px();
+    for_each_kernel(px, f);
+  } else if constexpr (ad::is_let_use<U>::value) {
+    auto pb = e.pb();
+    auto pz = e.pz();
+    for_each_kernel(pb, f);
+    for_each_kernel(pz, f);
+  } else if constexpr (ad::is_fused<U>::value) {
+    f(e.first_);
+    f(e.second_);
+  } else if constexpr (ad::is_multi<U>::value) {
+    for_each_element(e.uses_, f);
+  } else {
+    f(e);
+  }
+}
+
+template <bool Serial, class Ex, class E>
+constexpr void run_element(Ex& ex, E const& e);
+template <bool Serial, class Ex, class Plan>
+constexpr void run_elements(Ex& ex, Plan const& plan) {
+  for_each_element(plan, [&](auto const& e) { run_element<Serial>(ex, e); });
+}
+
+/// The serial pre-pass of plan element e: its kernels reserve slots and mark slices (the
+/// kernels that write a workspace buffer have nothing to reserve).
+template <class Ex, class E>
+constexpr void prepare_element(Ex& ex, E const& e) {
+  if constexpr (ad::is_product<E>::value) {
+    for_each_element(e.pa(), [&](auto const& x) { prepare_element(ex, x); });
+    for_each_element(e.pb(), [&](auto const& x) { prepare_element(ex, x); });
+  } else if constexpr (ad::is_staged<E>::value) {
+    for_each_element(e.pe(), [&](auto const& x) { prepare_element(ex, x); });
+  } else if constexpr (ad::is_row_use<E>::value) {
+    for_each_element(e.px(), [&](auto const& x) { prepare_element(ex, x); });
+  } else if constexpr (ad::is_let_use<E>::value) {
+    for_each_element(e.pb(), [&](auto const& x) { prepare_element(ex, x); });
+    for_each_element(e.pz(), [&](auto const& x) { prepare_element(ex, x); });
+  } else {
+    ex.prepare(e);
+  }
+}
+
+/// Calls f(p0) with p0 a copy of u0 (a node's one incoming kernel) whose target is the
+/// node's adjoint buffer buf (a product's gc, a staged use's gout).
+template <class P0, class G, class F>
+constexpr void with_target(P0 const& u0, G const& buf, F&& f) {
+  G g = buf;
+  P0 p0 = u0;
+  p0.target_ = &g;
+  f(p0);
+}
+
+/// Scratch bytes element e's kernels need at most.
+template <class Ex, class E>
+std::size_t element_scratch(Ex& ex, E const& e) {
+  std::size_t r = 0;
+  auto sub = [&](auto const& plan) {
+    for_each_element(plan, [&](auto const& x) { r = std::max(r, element_scratch(ex, x)); });
+  };
+  if constexpr (ad::is_product<E>::value) {
+    with_target(e.p0_, e.node_->extra_.gc, [&](auto const& p0) { r = ex.scratch_bytes(p0); });
+    sub(e.pa());
+    sub(e.pb());
+  } else if constexpr (ad::is_staged<E>::value) {
+    with_target(e.p0_, e.node_->extra_.gout, [&](auto const& p0) { r = ex.scratch_bytes(p0); });
+    sub(e.pe());
+  } else if constexpr (ad::is_row_use<E>::value) {
+    sub(e.px());
+  } else if constexpr (ad::is_let_use<E>::value) {
+    sub(e.pb());
+    sub(e.pz());
+  } else {
+    r = ex.scratch_bytes(e);
+  }
+  return r;
+}
+
+/// The adjoint of a kept node written into its (row-major) buffer buf by u0, the node's one
+/// incoming kernel: assigned in one pass when u0 covers buf exactly (its map the identity,
+/// no axis summed), else buf cleared and u0 added into it.
+template <bool Serial, class Ex, class P0, class G>
+constexpr void adjoint_into(Ex& ex, P0 const& u0, G const& buf) {
+  using K = ad::kernel_traits<P0>;
+  using D = typename P0::domain_type;
+  using S = typename G::shape_type;
+  using T = typename G::value_type;
+  constexpr std::size_t R = S::rank;
+  if constexpr (D::rank == R && K::projected_mask == 0 &&
+                std::is_same_v<typename P0::map_type, decltype(ad::identity_map<R>())>) {
+    bool const exact = [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return ((get<J>(u0.map_).off_ == 0 && get<J>(u0.map_).scale_ == 1 &&
+               u0.dom_.extent(J) == buf.shape().extent(J)) && ...);
+    }(std::make_index_sequence<R>{});
+    if (exact) {
+      tensor_view<T, S, row_major, typename Ex::space> out(buf.data(), buf.shape());
+      ex.assign(out, u0.v_);
+      return;
+    }
+  }
+  ex.clear(buf.data(), buf.shape().size());
+  with_target(u0, buf, [&](auto const& p0) { run_element<Serial>(ex, p0); });
+}
+
+/// Whether gradient storage G is dense and row-major (host storages; a backend adds its own).
+template <class G>
+struct row_major_dense : std::false_type {};
+template <class T, class S, std::size_t Axis>
+struct row_major_dense<dense_grad_storage<T, S, row_major, Axis>> : std::true_type {};
+
+/// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
+/// view of memory space Sp, at the identity) into a dense row-major gradient of the same
+/// shape: the operand is a parameter itself, and its product can accumulate into that
+/// gradient directly.
+template <class P, class Sp>
+struct direct_gradient : std::false_type {};
+template <class D, class T, class S, class M, class G, class Sp>
+struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, M, G>>, Sp>
+    : std::bool_constant<std::is_same_v<M, decltype(ad::identity_map<S::rank>())> && !G::sparse &&
+                         (S::rank < 2 || row_major_dense<G>::value) && std::is_same_v<typename G::value_type, T>> {};
+
+/// An operand's gradient from its product: gemm(dst, accumulate) into the parameter's own
+/// gradient when the operand plan is one direct kernel (direct_gradient; nothing at all when
+/// grad() does not want it), else into the buffer buf, then the operand plan from it.
+template <bool Serial, class Ex, class P, class T, class F>
+constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
+  if constexpr (direct_gradient<P, typename Ex::space>::value) {
+    auto const& k = get<0>(plan);
+    if (k.target_) gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
+  } else {
+    gemm_into(buf, false);
+    run_elements<Serial>(ex, plan);
+  }
+}
+
+template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
+constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
+  auto const& sn = *u.node_;
+  auto const& mm = sn.node();
+  auto const& st = sn.extra_;
+  using T = value_type_t<decltype(mm)>;
+  using A = std::remove_cvref_t<decltype(mm.lhs_)>;
+  using B = std::remove_cvref_t<decltype(mm.rhs_)>;
+  constexpr bool batched = std::remove_cvref_t<decltype(mm)>::rank == 3;
+  index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
+  T* const gc = st.gc.data();
+  adjoint_into<Serial>(ex, u.p0_, st.gc);  // d C
+  mat_ref<T> const g{gc, n, 1, batched ? m * n : 0};
+  if constexpr (!std::is_same_v<PA, tuple<>>) {
+    // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
+    constexpr bool own = shape_of_t<A>::rank == 3;
+    mat_ref<T> const bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
+    operand_gradient<Serial>(ex, u.pa(), st.ga,
+                             [&](T* dst, bool add) { ex.gemm(nb, m, k, n, g, bt, dst, k, own ? m * k : 0, add); });
+  }
+  if constexpr (!std::is_same_v<PB, tuple<>>) {
+    // d B (k x n) = op(A)^T (k x m) d C (m x n)
+    constexpr bool own = shape_of_t<B>::rank == 3;
+    mat_ref<T> const at{st.a.p, st.a.cs, st.a.rs, st.a.bs};
+    operand_gradient<Serial>(ex, u.pb(), st.gb,
+                             [&](T* dst, bool add) { ex.gemm(nb, k, n, m, at, g, dst, n, own ? k * n : 0, add); });
+  }
+}
+
+template <bool Serial, class Ex, class E>
+constexpr void run_element(Ex& ex, E const& e) {
+  if constexpr (ad::is_product<E>::value) {
+    run_product<Serial>(ex, e);
+  } else if constexpr (ad::is_staged<E>::value) {
+    adjoint_into<Serial>(ex, e.p0_, e.node_->extra_.gout);
+    run_elements<Serial>(ex, e.pe());
+  } else if constexpr (ad::is_row_use<E>::value) {
+    ex.template row_adjoint<Serial>(e);  // into the node's gin
+    run_elements<Serial>(ex, e.px());
+  } else if constexpr (ad::is_let_use<E>::value) {
+    auto const& g = e.gz_;
+    ex.clear(g.data(), g.shape().size());  // the operand's adjoint: cleared, then added into
+    run_elements<Serial>(ex, e.pb());
+    run_elements<Serial>(ex, e.pz());
+  } else if constexpr (Serial) {
+    ex.run_serial(e);
+  } else {
+    ex.run(e);
+  }
+}
+
+}  // namespace gradix::detail
