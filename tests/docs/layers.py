@@ -12,12 +12,14 @@ headers directly under include/gradix/ (gradix.hpp, optim.hpp, dist.hpp, checkpo
 device.hpp), dist/ and training/; interop/ may include anything below `top`. KNOWN lists
 the includes that point up today, each to be removed by issue 33 ("one executor"); the check
 fails on any other one, and on a KNOWN entry that is gone (so the list only shrinks). Prints
-one line per problem and exits 1 if there is any.
+one line per problem and exits 1 if there is any. It also fails on a header of more than
+MAX_LINES lines (700): one concern per file.
 """
 import pathlib
 import re
 import sys
 
+MAX_LINES = 700  # no header over this (issue 33)
 ORDER = ['config', 'core', 'op', 'grad', 'expr', 'ad', 'eval', 'exec', 'backend', 'api', 'top']
 KNOWN = {
     ('expr/softmax.hpp', 'ad/save.hpp'),
@@ -51,7 +53,11 @@ def main():
         if lh not in ORDER and lh != 'interop':
             problems.append('%s: a folder with no layer (add it to ORDER in tests/docs/layers.py)' % rel)
             continue
-        for n, line in enumerate(h.read_text().splitlines(), 1):
+        text = h.read_text().splitlines()
+        if len(text) > MAX_LINES:
+            problems.append('include/gradix/%s: %d lines, over %d (split it by concern; docs/architecture.md)'
+                            % (rel, len(text), MAX_LINES))
+        for n, line in enumerate(text, 1):
             m = re.match(r'\s*#\s*include\s+"gradix/([^"]+)"', line)
             if not m:
                 continue
