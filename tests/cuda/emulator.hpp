@@ -12,6 +12,8 @@
 //   barrier: on a GPU that is undefined behaviour, here it is found.
 // - Threads of a kernel without barriers run one after another, in order or reversed (the
 //   `reverse_threads` option), since nothing may depend on the order of threads.
+// - Matrix products (gemm) run the host's gemm on the emulator's memory, where a GPU runs
+//   cuBLAS.
 // - Shared memory is one buffer per block, filled with the byte 0xFF before each block (NaN
 //   as float or double, -1 as an integer), so a kernel that reads shared memory it did not
 //   write gets garbage, as on a GPU; so does newly allocated memory. "Device" memory is host
@@ -22,6 +24,7 @@
 //   memory silently (kernels here keep small frames).
 // - atomic_add is a plain add: fibers switch only at barriers, so it is atomic here.
 #include <gradix/backend/grid/launch.hpp>
+#include <gradix/backend/host/gemm.hpp>
 #include <gradix/core/error.hpp>
 
 #include <boost/context/fiber.hpp>
@@ -178,6 +181,14 @@ class launcher {
   void copy_device_to_device(void* dst, void const* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
   void synchronize() {}
+  /// C = A B (+ C) on "device" memory (host memory here): the host's gemm, the call
+  /// gradix::cuda::launcher makes through cuBLAS (backend/grid/executor.hpp).
+  template <class T>
+  void gemm(gradix::index_t batch, gradix::index_t m, gradix::index_t n, gradix::index_t k, gradix::mat_ref<T> a,
+            gradix::mat_ref<T> b, T* c, gradix::index_t ldc, gradix::index_t cbs, bool accumulate) {
+    ++launches_;
+    gradix::host::gemm(batch, m, n, k, a, b, c, ldc, cbs, accumulate);
+  }
 
   /// Kernels launched and allocations live, for tests.
   index_t launches() const { return launches_; }

@@ -557,7 +557,7 @@ constexpr auto segment_scatter(SN const& n, GV const& gv) {
   gs.set_extent(0, len);
   for (std::size_t j = 1; j < R; ++j) gs.set_extent(j, gv.shape().extent(j));
   G g{gv, IV{n.extra_.bag_of, len, 1}, gs};
-  using SV = tensor_view<T const, shape<dyn>, row_major, host_space>;
+  using SV = tensor_view<T const, shape<dyn>, row_major, buffer_space_t<N>>;
   SV sv(n.extra_.scale, shape<dyn>(dims(len)));
   auto const& xa = n.node().arg_;
   if constexpr (R == 1) {
@@ -578,7 +578,7 @@ constexpr auto product_operand_plan(X const& x, T const* g) {
     return tuple<>{};
   } else {
     using SX = shape_of_t<X>;
-    tensor_view<T const, SX, row_major, host_space> gv(g, x.shape());
+    tensor_view<T const, SX, row_major, buffer_space_t<X>> gv(g, x.shape());
     return push(x, x.shape(), gv, identity_map<SX::rank>());
   }
 }
@@ -597,7 +597,7 @@ constexpr auto row_operand_plan(SN const& n) {
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
   auto const& x = n.node().arg_;
-  tensor_view<T const, S, row_major, host_space> gin(n.extra_.gin, x.shape());
+  tensor_view<T const, S, row_major, buffer_space_t<N>> gin(n.extra_.gin, x.shape());
   return push(x, x.shape(), gin, identity_map<S::rank>());
 }
 template <class SN>
@@ -605,7 +605,7 @@ constexpr auto staged_plan(SN const& n) {
   using N = typename SN::node_type;
   using T = value_type_t<N>;
   using S = shape_of_t<N>;
-  using GV = tensor_view<T const, S, row_major, host_space>;
+  using GV = tensor_view<T const, S, row_major, buffer_space_t<N>>;
   GV gout(n.extra_.gout.data(), n.shape());
   if constexpr (is_segment_sum_node<N>::value) {
     return detail::segment_scatter(n, gout);
@@ -621,7 +621,7 @@ constexpr auto let_operand_plan(LN const& n) {
   using Z = typename LN::name_type;
   using T = value_type_t<Z>;
   using S = shape_of_t<Z>;
-  tensor_view<T const, S, row_major, host_space> gv(n.gz_, n.z_.shape());
+  tensor_view<T const, S, row_major, buffer_space_t<typename LN::name_type>> gv(n.gz_, n.z_.shape());
   return push(n.z_, n.z_.shape(), gv, identity_map<S::rank>());
 }
 template <class LN, class D, class V, class M>

@@ -200,6 +200,9 @@ class busy_lock {
                 "zero_grad on the same parameter); give each thread its own parameters or serialise the calls");
     flags_[n_++] = f;
   }
+  /// Nothing to restore (the plan runner's failure path, exec/run.hpp: a device pre-pass that
+  /// fails leaves its reservations).
+  constexpr void rollback() {}
 
  private:
   char const* op_;

@@ -15,13 +15,14 @@
 /// (split_sum), and grad()'s redirection of parameter targets (redirect_params).
 ///
 /// Executor members used here (beyond exec/executor.hpp's and exec/elements.hpp's):
-/// prepare(u), scratch_bytes(u), reserve_scratch(bytes), run(u), run_serial(u) (constant
+/// guard<N> (storage_guard on the host, busy_lock on a device), prepare(u), scratch_bytes(u), reserve_scratch(bytes), run(u), run_serial(u) (constant
 /// evaluation), value(e), and for the carried loss carries_loss<Root, U>,
 /// carries_row_maxima<Root, U>, carry_scratch_bytes(u, e), run_carrying(u, e, parts).
 
 #include "gradix/ad/plan.hpp"
 #include "gradix/ad/push.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/layout.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/eval/reduce.hpp"
 #include "gradix/exec/checks.hpp"
@@ -206,7 +207,7 @@ void prepare_plan(Ex& ex, Guard& guard, Plan const& p, char const* op, std::size
 /// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
 template <class Ex, class Plan>
 constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
-  storage_guard<plan_uses_v<Plan>> guard(op);
+  typename Ex::template guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
   if (std::is_constant_evaluated()) {
     for_each_element(p, [&](auto const& u) { prepare_element(ex, u); });
@@ -215,7 +216,9 @@ constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
   }
   prepare_plan<Ex>(ex, guard, p, op);
   run_elements<false>(ex, p);
-  if (check_finite()) check_finite_gradients<Ex>(p, op);
+  // (check mode reads the gradients in place: host storages only)
+  if constexpr (std::is_same_v<typename Ex::space, host_space>)
+    if (check_finite()) check_finite_gradients<Ex>(p, op);
 }
 
 /// Whether Root is a mean (its carried value is divided by the count).
@@ -253,7 +256,7 @@ value_type_t<Root> run_plan_carrying(Ex& ex, Root const& e, Plan const& p, char 
   using T = value_type_t<Root>;
   T parts[ev::max_blocks];
   bool carried = false;
-  storage_guard<plan_uses_v<Plan>> guard(op);
+  typename Ex::template guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
   prepare_plan<Ex>(ex, guard, p, op, ex.carry_scratch_bytes(get<std::size_t(C)>(p), e));
   [&]<std::size_t... K>(std::index_sequence<K...>) {

@@ -28,13 +28,33 @@ namespace gradix {
 
 /// A batch of strided matrices: element (b, i, j) is p[b * bs + i * rs + j * cs]; bs = 0 for
 /// one matrix shared by every batch element. How a product reads its operands
-/// (backend/host/gemm.hpp).
+/// (backend/host/gemm.hpp, the grid's gemm).
 template <class T>
 struct mat_ref {
   T const* p = nullptr;
   index_t rs = 0, cs = 0, bs = 0;
   GRADIX_HOST_DEVICE constexpr T at(index_t b, index_t i, index_t j) const { return p[b * bs + i * rs + j * cs]; }
 };
+
+/// How a BLAS (host or device) reads a rows x cols matrix with strides (rs, cs): transposed or not, and its
+/// leading dimension; ok = false when neither stride is a unit one (the matrix must be copied).
+struct blas_form {
+  bool ok = false;
+  bool trans = false;
+  index_t ld = 0;
+};
+constexpr blas_form blas_form_of(index_t rows, index_t cols, index_t rs, index_t cs) {
+  index_t const r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+  if (cols <= 1 || cs == 1) {
+    index_t ld = rows <= 1 ? c1 : rs;
+    if (ld >= c1) return {true, false, ld};
+  }
+  if (rows <= 1 || rs == 1) {
+    index_t ld = cols <= 1 ? r1 : cs;
+    if (ld >= r1) return {true, true, ld};
+  }
+  return {};
+}
 
 /// What a call keeps of a matrix product beside its value (api/saved.hpp fills it in): the
 /// operands as the products read them, and in a backward call the product's adjoint (C, of

@@ -114,6 +114,11 @@ struct has_reduction_state<reduction_state<T, S>> : std::true_type {};
 template <class N>
 inline constexpr bool stages_reduction_v = has_reduction_state<typename saved_extra<N>::type>::value;
 
+/// The memory space of the call's buffers for node N (its value, its adjoint): N's own, or
+/// the host's for a node that reads no memory.
+template <class N>
+using buffer_space_t = std::conditional_t<std::is_void_v<space_of_t<N>>, host_space, space_of_t<N>>;
+
 /// N's value, read from a buffer (buf_) filled before the expression runs; node_ points at N
 /// itself (kept by the call that made the saved node: api/saved.hpp, saved_space::keep_node),
 /// through which backward pushes adjoints. By pointer: held by value, each saved node would
@@ -127,8 +132,7 @@ struct saved_node {
   using shape_type = shape_of_t<N>;
   using layout_type = L;
   using space_type = space_of_t<N>;
-  using buffer_type = tensor_view<value_type const, shape_type, L,
-                                  std::conditional_t<std::is_void_v<space_type>, host_space, space_type>>;
+  using buffer_type = tensor_view<value_type const, shape_type, L, buffer_space_t<N>>;
   N const* node_ = nullptr;
   buffer_type buf_;
   /// A max reduction's arg-max, when N is one: per output element (row-major order), the

@@ -15,6 +15,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/pattern.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
@@ -52,6 +53,8 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
   } else if constexpr (is_let_node<D>::value) {  // the operand, and the body's other leaves
     for_each_leaf(n.z_, f, false);
     for_each_leaf(n.body_, f, false);
+  } else if constexpr (is_saved_node<D>::value) {
+    // a value kept by the call (exec/save.hpp): its buffer is the call's own, no user memory
   } else if constexpr (is_var_node<D>::value || is_pattern_node<D>::value) {
     // the let's operand: visited there; a pattern reads no memory
   } else if constexpr (is_concat_node<D>::value) {  // the right operand is read shifted

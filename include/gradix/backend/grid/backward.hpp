@@ -19,13 +19,15 @@
 ///
 /// Lookups (index vectors) add atomically by default; `backward_options{scatter_mode::
 /// deterministic}` sorts and sums segments instead, for the same bits on every run.
-/// Injective maps store without atomics in both modes.
+/// Injective maps store without atomics, except where two uses in one fused launch write the
+/// same storage (atomic mode: they run concurrently).
 ///
-/// Not on the device yet (a compile error that says so): plans with a buffered adjoint
-/// (matmul, softmax and other staged values, let, embedding_bag). The host keeps the value of
-/// a reduction read inside an expression in a buffer (api/saved.hpp); the device plan does
-/// not yet, and recomputes it where it is read: the same result, but each read costs the
-/// reduction's extent (docs/cuda.md).
+/// Since issue 33 a device call runs the save transform first (exec/save.hpp over
+/// grid::executor: products by the launcher's gemm, rows, segment sums and reductions read
+/// inside the expression into device buffers of the call), and a plan with buffers (matmul,
+/// softmax and the norms, let, embedding_bag, staged values) runs through the plan runner
+/// written once for every executor (exec/run.hpp, exec/elements.hpp); plans of plain uses
+/// keep the fused launches below.
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/plan.hpp"
@@ -33,6 +35,7 @@
 #include "gradix/ad/save.hpp"
 #include "gradix/exec/checks.hpp"
 #include "gradix/backend/grid/assign.hpp"
+#include "gradix/backend/grid/executor.hpp"
 #include "gradix/backend/grid/grad.hpp"
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/param.hpp"
@@ -41,6 +44,8 @@
 #include "gradix/backend/grid/update.hpp"
 #include "gradix/backend/grid/validate.hpp"
 #include "gradix/config.hpp"
+#include "gradix/exec/run.hpp"
+#include "gradix/exec/save.hpp"
 #include "gradix/core/tuple.hpp"
 
 #include <atomic>
@@ -50,12 +55,6 @@
 #include <utility>
 
 namespace gradix::grid {
-
-/// How a device backward runs: the store of non-injective (lookup) maps, and the launch shape.
-struct backward_options {
-  scatter_mode mode = scatter_mode::atomic;
-  launch_options launch = {};
-};
 
 namespace detail {
 template <class U>
@@ -261,8 +260,9 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
   }
 }
 
-/// Runs a plan on l: the reservations of sparse storages, then the update kernels; fused
-/// (run_fused_uses) when the plan's uses allow it, else one launch each, use after use.
+/// Runs a plan of plain, fused and multi uses on l: the reservations of sparse storages, then
+/// the update kernels; fused (run_fused_uses) when the plan's uses allow it, else one launch
+/// each, use after use. (Plans with buffers run through exec/run.hpp: run_plan below.)
 template <class L, class Plan>
 void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
   static_assert(device_plan<Plan>::value,
@@ -293,8 +293,22 @@ void run_device_plan(L& l, Plan const& p, backward_options o, char const* op) {
 
 }  // namespace detail
 
+namespace detail {
+/// Runs backward plan p (of an expression the save transform has rewritten) with executor
+/// ex: plans of plain, fused and multi uses through run_device_plan (fused launches), plans
+/// with buffers (products, row uses, lets, staged values) through the plan runner written
+/// once for every executor (exec/run.hpp, exec/elements.hpp).
+template <class L, class Plan>
+void run_plan(executor<L>& ex, Plan const& p, char const* op) {
+  if constexpr (device_plan<Plan>::value) run_device_plan(ex.launcher(), p, ex.options(), op);
+  else ::gradix::detail::run_plan_on(ex, p, op);
+}
+}  // namespace detail
+
 /// Evaluates the rank-0 device expression e, adds d e / d p into the gradient of every
-/// parameter p that e reads, and returns the value (waits for the device).
+/// parameter p that e reads, and returns the value (waits for the device). The values e
+/// keeps (products, rows, segment sums, lets, reductions read inside it) are computed first
+/// into device buffers of the call (exec/save.hpp over grid::executor).
 template <class L, operand E>
 auto backward(L& l, E const& e_in, backward_options o = {}) {
   auto e = ::gradix::detail::prepared_node(e_in, "gradix::grid::backward");
@@ -304,13 +318,16 @@ auto backward(L& l, E const& e_in, backward_options o = {}) {
   using T = value_type_t<N>;
   if constexpr (detail::check_device_backward<N>()) {
     validate_expression(l, e, o.launch);
-    detail::scratch<L> out(l, sizeof(T));
-    tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
-    assign(l, ov, e, o.launch);
-    detail::run_device_plan(l, ad::plan(e), o, "gradix::grid::backward");
-    T v{};
-    l.copy_to_host(&v, out.p_, sizeof v);
-    return v;
+    executor<L> ex(l, o);
+    return ::gradix::detail::run_with_saved_on<executor<L>, true>(ex, e, "gradix::grid::backward", [&](auto const& e2) {
+      detail::scratch<L> out(l, sizeof(T));
+      tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
+      assign(l, ov, e2, o.launch);
+      detail::run_plan(ex, ad::plan(e2), "gradix::grid::backward");
+      T v{};
+      l.copy_to_host(&v, out.p_, sizeof v);
+      return v;
+    });
   } else {
     return T{};
   }
@@ -326,7 +343,10 @@ void backward_only(L& l, E const& e_in, backward_options o = {}) {
                 "gradix::grid::backward_only: the expression is not rank 0 (reduce it to a scalar first)");
   if constexpr (detail::check_device_backward<N>()) {
     validate_expression(l, e, o.launch);
-    detail::run_device_plan(l, ad::plan(e), o, "gradix::grid::backward_only");
+    executor<L> ex(l, o);
+    ::gradix::detail::run_with_saved_on<executor<L>, true>(ex, e, "gradix::grid::backward_only", [&](auto const& e2) {
+      detail::run_plan(ex, ad::plan(e2), "gradix::grid::backward_only");
+    });
   }
 }
 
@@ -349,11 +369,14 @@ void backward(L& l, E const& e_in, S const& seed_in, backward_options o = {}) {
   if constexpr (detail::check_device_backward<N>()) {
     validate_expression(l, e, o.launch);
     using ES = shape_of_t<N>;
-    if constexpr (std::is_same_v<shape_of_t<SN>, ES>) {
-      detail::run_device_plan(l, ad::plan(e, seed), o, "gradix::grid::backward");
-    } else {  // same extents (checked above), another shape type: view it with e's
-      detail::run_device_plan(l, ad::plan(e, broadcast_node<SN, ES>{seed, e.shape()}), o, "gradix::grid::backward");
-    }
+    executor<L> ex(l, o);
+    ::gradix::detail::run_with_saved_on<executor<L>, true>(ex, e, "gradix::grid::backward", [&](auto const& e2) {
+      if constexpr (std::is_same_v<shape_of_t<SN>, ES>) {
+        detail::run_plan(ex, ad::plan(e2, seed), "gradix::grid::backward");
+      } else {  // same extents (checked above), another shape type: view it with e's
+        detail::run_plan(ex, ad::plan(e2, broadcast_node<SN, ES>{seed, e.shape()}), "gradix::grid::backward");
+      }
+    });
   }
 }
 
@@ -380,26 +403,20 @@ auto grad(L& l, E const& e_in, P const&... params) {
   };
   std::tuple<typename P::storage_type...> out(storage_of(params)...);
   if constexpr (detail::check_device_backward<N>()) {
+    // the parameters' uses are redirected where they are made (ad::push, redirect_target), as
+    // on the host: operand plans of products and lets are built where they run
     validate_expression(l, e, backward_options{}.launch);
-    auto p = ad::plan(e);
-    for_each_element(p, [&](auto& pu) {
-      detail::for_each_device_use(pu, [&](auto& u) {
-        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
-        G* redirected = nullptr;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-          (([&] {
-             using GI = std::tuple_element_t<I, std::tuple<typename P::storage_type...>>;
-             if constexpr (std::is_same_v<G, GI>) {
-               auto const& param = std::get<I>(std::forward_as_tuple(params...));
-               if (u.target_ == &param.grad()) redirected = &std::get<I>(out);
-             }
-           }()),
-           ...);
-        }(std::index_sequence_for<P...>{});
-        u.target_ = redirected;  // uses of other parameters are skipped
+    void const* from[sizeof...(P)] = {static_cast<void const*>(&params.grad())...};
+    void* to[sizeof...(P)] = {};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((to[I] = static_cast<void*>(&std::get<I>(out))), ...);
+    }(std::index_sequence_for<P...>{});
+    ::gradix::detail::with_grad_redirect(::gradix::detail::grad_redirect{from, to, sizeof...(P)}, [&] {
+      executor<L> ex(l, backward_options{});
+      ::gradix::detail::run_with_saved_on<executor<L>, true>(ex, e, "gradix::grid::grad", [&](auto const& e2) {
+        detail::run_plan(ex, ad::plan(e2), "gradix::grid::grad");
       });
     });
-    detail::run_device_plan(l, p, backward_options{}, "gradix::grid::grad");
   }
   if constexpr (sizeof...(P) == 1) return std::move(std::get<0>(out));
   else return out;

@@ -13,6 +13,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/exec/elements.hpp"
+#include "gradix/exec/checks.hpp"
 #include "gradix/exec/executor.hpp"
 #include "gradix/expr/matmul.hpp"
 
@@ -24,6 +25,9 @@ namespace gradix::host {
 
 struct executor {
   using space = host_space;
+  /// The storage guard of a plan: busy flags, and the storages' state kept for a rollback.
+  template <std::size_t N>
+  using guard = ::gradix::detail::storage_guard<N>;
   static std::byte* allocate(std::size_t bytes) {
     return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
   }

@@ -39,25 +39,9 @@
 
 namespace gradix::host {
 
-/// How a BLAS reads a rows x cols matrix with strides (rs, cs): transposed or not, and its
-/// leading dimension; ok = false when neither stride is a unit one (the matrix must be copied).
-struct blas_form {
-  bool ok = false;
-  bool trans = false;
-  index_t ld = 0;
-};
-constexpr blas_form blas_form_of(index_t rows, index_t cols, index_t rs, index_t cs) {
-  index_t const r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
-  if (cols <= 1 || cs == 1) {
-    index_t ld = rows <= 1 ? c1 : rs;
-    if (ld >= c1) return {true, false, ld};
-  }
-  if (rows <= 1 || rs == 1) {
-    index_t ld = cols <= 1 ? r1 : cs;
-    if (ld >= r1) return {true, true, ld};
-  }
-  return {};
-}
+// blas_form, blas_form_of: expr/matmul.hpp (the grid's gemm reads operands the same way)
+using ::gradix::blas_form;
+using ::gradix::blas_form_of;
 
 namespace detail {
 /// gradix's own product: parallel over the rows of C; per row an axpy over B's rows when B

@@ -1,0 +1,168 @@
+#pragma once
+/// \file
+/// The grid's executor (exec/executor.hpp): device memory from a launcher, the grid's
+/// kernels (grid::assign, backend/grid/kept.hpp, the update kernels of backend/grid/update.hpp)
+/// and the launcher's gemm (cuBLAS in gradix::cuda::launcher; the tests' emulator runs the
+/// same calls through the host's gemm). The save transform (exec/save.hpp) and the plan
+/// runner (exec/run.hpp, exec/elements.hpp) run over it for device calls whose plans need
+/// buffers (products, softmax and the norms, lets, embedding_bag, staged values).
+///
+/// Its workspace is its own: a device call takes its buffers from the launcher when it
+/// starts and gives them back when it ends, in the launcher's order (cudaMallocAsync's pool
+/// on a GPU), so calls on different streams never share memory.
+
+#include "gradix/backend/grid/assign.hpp"
+#include "gradix/backend/grid/kept.hpp"
+#include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/reduce.hpp"
+#include "gradix/backend/grid/reserve.hpp"
+#include "gradix/backend/grid/scatter.hpp"
+#include "gradix/backend/grid/update.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/layout.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/exec/checks.hpp"
+#include "gradix/exec/elements.hpp"
+#include "gradix/exec/executor.hpp"
+#include "gradix/expr/matmul.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace gradix::grid {
+
+/// How a device backward runs: the store of non-injective (lookup) maps, and the launch shape.
+struct backward_options {
+  scatter_mode mode = scatter_mode::atomic;
+  launch_options launch = {};
+};
+
+/// Whether launcher L multiplies matrices (l.gemm, as host::gemm's arguments).
+template <class L, class T>
+concept gemm_launcher = requires(L& l, mat_ref<T> a, T* c) { l.gemm(index_t(1), index_t(1), index_t(1), index_t(1), a, a, c, index_t(1), index_t(0), false); };
+
+template <class L>
+class executor {
+ public:
+  using space = cuda_space;
+  /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
+  /// device call that fails part way leaves what it wrote, docs/cuda.md).
+  template <std::size_t N>
+  using guard = ::gradix::detail::busy_lock<N>;
+
+  executor(L& l, backward_options o) : l_(&l), o_(o), ws_(&release, &l) {}
+  executor(executor const&) = delete;
+  executor& operator=(executor const&) = delete;
+
+  L& launcher() const { return *l_; }
+  backward_options const& options() const { return o_; }
+
+  std::byte* allocate(std::size_t bytes) { return static_cast<std::byte*>(l_->allocate(bytes)); }
+  void deallocate(std::byte* p) noexcept { release(l_, p); }
+  exec::call_workspace& workspace() { return ws_; }
+
+  /// dst (a buffer of the call: nothing else reads it) = e, one kernel.
+  template <class V, class E>
+  void assign(V const& dst, E const& e) {
+    if (dst.size() > 0) detail::assign_direct(*l_, dst, e, o_.launch);
+  }
+  /// Whether gemm reads a strided matrix in place: a unit stride along one of its axes (as
+  /// a BLAS; blas_form_of).
+  template <class T>
+  static constexpr bool in_place(index_t rows, index_t cols, index_t rs, index_t cs) {
+    return blas_form_of(rows, cols, rs, cs).ok;
+  }
+  template <class T>
+  void gemm(index_t batch, index_t m, index_t n, index_t k, mat_ref<T> a, mat_ref<T> b, T* c, index_t ldc,
+            index_t bs, bool accumulate) {
+    static_assert(gemm_launcher<L, T>,
+                  "gradix::grid: this launcher has no gemm (matrix products on the device need one: "
+                  "gradix::cuda::launcher through cuBLAS, the tests' emulator through the host's gemm)");
+    if constexpr (gemm_launcher<L, T>) l_->gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate);
+  }
+  template <class N, class T>
+  void rows(N const& n, T* c, T* rstd) {
+    index_t const len = n.shape().extent(N::axis);
+    index_t const count = len > 0 ? n.shape().size() / len : 0;
+    if (count > 0) l_->launch(shape_for(count, o_.launch, l_->max_threads()), rows_kernel<N, T>{n, c, rstd});
+  }
+  template <class N, class T>
+  void segments(N const& n, T* c) {
+    index_t const total = n.shape().size();
+    if (total > 0) l_->launch(shape_for(total, o_.launch, l_->max_threads()), segments_kernel<N, T>{n, c});
+  }
+  template <class N, class T>
+  void bags(N const& n, index_t* bag, T* scale) {
+    index_t const nb = n.shape().extent(0);
+    if (nb > 0) l_->launch(shape_for(nb, o_.launch, l_->max_threads()), bags_kernel<N, T>{n, bag, scale});
+  }
+  template <class N>
+  void argmax(N const& n, index_t* arg) {
+    index_t const count = n.shape().size();
+    if (count > 0) l_->launch(shape_for(count, o_.launch, l_->max_threads()), argmax_kernel<N>{n, arg});
+  }
+
+  // plan elements (exec/run.hpp, exec/elements.hpp)
+  template <class U>
+  void prepare(U const& u) {
+    grid::prepare(*l_, u, o_.launch);
+  }
+  template <class U>
+  static constexpr std::size_t scratch_bytes(U const&) {
+    return 0;  // (a device kernel's temporaries come from the launcher where it runs)
+  }
+  static constexpr void reserve_scratch(std::size_t) {}
+  template <class U>
+  void run(U const& u) {
+    grid::run(*l_, u, o_.mode, o_.launch);
+  }
+  template <class U>
+  void run_serial(U const& u) {
+    run(u);
+  }
+  template <bool Serial, class U>
+  void row_adjoint(U const& u) {
+    // the saved node lives in the call's host memory: its buffers' pointers go to the kernel
+    auto const& sn = *u.node_;
+    using SN = std::remove_cvref_t<decltype(sn)>;
+    using N = typename SN::node_type;
+    using T = value_type_t<N>;
+    using S = shape_of_t<N>;
+    index_t const len = sn.shape().extent(N::axis);
+    index_t const count = len > 0 ? sn.shape().size() / len : 0;
+    using K = row_adjoint_kernel<N::kind, N::axis, std::remove_cvref_t<decltype(u.g_)>, typename SN::buffer_type, T, S>;
+    if (count > 0) l_->launch(shape_for(count, o_.launch, l_->max_threads()), K{u.g_, sn.buf_, sn.extra_.rstd, sn.extra_.gin, sn.shape()});
+  }
+  template <class T>
+  void clear(T* p, index_t n) {
+    if (n > 0) l_->fill_zero(p, std::size_t(n) * sizeof(T));
+  }
+  template <class E>
+  value_type_t<E> value(E const& e) {
+    using T = value_type_t<E>;
+    detail::scratch<L> out(*l_, sizeof(T));
+    tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
+    detail::assign_direct(*l_, ov, e, o_.launch);
+    T v{};
+    l_->copy_to_host(&v, out.p_, sizeof v);
+    return v;
+  }
+  // no plan element carries the loss value on the device
+  template <class Root, class U>
+  static constexpr bool carries_loss = false;
+  template <class Root, class U>
+  static constexpr bool carries_row_maxima = false;
+
+ private:
+  static void release(void* l, std::byte* p) noexcept {
+    try {
+      static_cast<L*>(l)->deallocate(p);
+    } catch (...) {  // (a failed free leaks rather than throws out of a destructor)
+    }
+  }
+  L* l_;
+  backward_options o_;
+  exec::call_workspace ws_;
+};
+
+}  // namespace gradix::grid

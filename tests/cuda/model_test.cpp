@@ -1,0 +1,129 @@
+// Model plans on the device (issue 33): the save transform and the plan runner over
+// grid::executor (exec/save.hpp, exec/run.hpp, exec/elements.hpp), through the grid emulator,
+// against the host backward of the same expressions. Matrix products (the launcher's gemm),
+// softmax and log_softmax rows, layer norm, gx::let, a reduction broadcast back (a staged
+// value) and a whole MLP step; values and gradients to rounding (the device sums a row in
+// index order, the host in SIMD lanes; products agree to the gemm's rounding), for every
+// launch configuration of the suite, and grad() beside backward(). Suite `emulator`.
+#include "cuda/device_test_util.hpp"
+#include "cuda/emulator.hpp"
+
+#include <gradix/backend/grid/backward.hpp>
+#include <gradix/backend/grid/memory.hpp>
+#include <gradix/backend/grid/param.hpp>
+#include <gradix/gradix.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+namespace gx = gradix;
+namespace grid = gradix::grid;
+using namespace gradix_test::dev;
+
+namespace {
+
+using T = double;
+
+/// The largest |a - b| / (1 + |b|) over two tensors of one shape.
+template <class A, class B>
+double max_rel(A const& a, B const& b) {
+  double m = 0;
+  auto const n = a.shape().size();
+  REQUIRE(n == b.shape().size());
+  for (index_t k = 0; k < n; ++k) {
+    double const x = double(a.data()[k]), y = double(b.data()[k]);
+    m = std::max(m, std::abs(x - y) / (1 + std::abs(y)));
+  }
+  return m;
+}
+
+/// Builds the same loss on host parameters and on device parameters (f(x, y, w1, w2, b) with
+/// host or device operands; y a one-hot (6, 4) target matrix), runs backward on both, and compares the values and gradients;
+/// then grid::grad on the device against the host's gradients.
+template <class F>
+void check_model(F const& f, char const* name) {
+  auto const hx = gx::randn<T>(gx::dims(6, 5), 1, 0.0, 0.7);
+  auto const hw1 = gx::randn<T>(gx::dims(5, 7), 2, 0.0, 0.5);
+  auto const hw2 = gx::randn<T>(gx::dims(7, 4), 3, 0.0, 0.5);
+  auto const hb = gx::randn<T>(gx::dims(4), 4, 0.0, 0.5);
+  gx::tensor<T, gx::shape<gx::dyn, gx::dyn>> hy(gx::dims(6, 4));
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 4; ++j) hy(i, j) = j == i % 4 ? 1.0 : 0.0;
+  auto pw1 = gx::param(hw1);
+  auto pw2 = gx::param(hw2);
+  auto pb = gx::param(hb);
+  T const hv = gx::backward(f(hx, hy, pw1, pw2, pb));
+  auto const g1 = pw1.grad().to_dense();
+  auto const g2 = pw2.grad().to_dense();
+  auto const gb = pb.grad().to_dense();
+  for (config c : configs) {
+    INFO(std::string(name) << ": threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+    launcher l = make_launcher(c);
+    {
+      auto dx = to_device(l, hx);
+      auto dy = to_device(l, hy);
+      auto dw1 = grid::param(to_device(l, hw1));
+      auto dw2 = grid::param(to_device(l, hw2));
+      auto db = grid::param(to_device(l, hb));
+      grid::backward_options const o{mode::atomic, {c.threads, c.max_blocks}};
+      T const dv = grid::backward(l, f(dx.view(), dy.view(), dw1, dw2, db), o);
+      CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+      CHECK(max_rel(dw1.grad().download(), g1) <= 1e-12);
+      CHECK(max_rel(dw2.grad().download(), g2) <= 1e-12);
+      CHECK(max_rel(db.grad().download(), gb) <= 1e-12);
+      // grad(): the same gradients, the parameters' own untouched (a second backward doubles)
+      auto [r1, rb] = grid::grad(l, f(dx.view(), dy.view(), dw1, dw2, db), dw1, db);
+      CHECK(max_rel(r1.download(), g1) <= 1e-12);
+      CHECK(max_rel(rb.download(), gb) <= 1e-12);
+      grid::backward(l, f(dx.view(), dy.view(), dw1, dw2, db), o);
+      auto g1_twice = g1;
+      for (index_t k = 0; k < g1.shape().size(); ++k) g1_twice.data()[k] = 2 * g1.data()[k];
+      CHECK(max_rel(dw1.grad().download(), g1_twice) <= 1e-12);
+    }
+    CHECK(l.live_allocations() == 0);  // every buffer of the calls went back to the launcher
+  }
+}
+
+}  // namespace
+
+TEST_CASE("device models: an MLP step (two products, bias, tanh, log_softmax) against the host") {
+  check_model(
+      [](auto const& x, auto const& y, auto& w1, auto& w2, auto& b) {
+        auto z = gx::matmul(gx::tanh(gx::matmul(x, w1)), w2) + b;
+        return -gx::sum(y * gx::log_softmax<1>(z)) / T(6);
+      },
+      "mlp");
+}
+
+TEST_CASE("device models: softmax rows read by a product") {
+  check_model(
+      [](auto const& x, auto const&, auto& w1, auto& w2, auto& b) {
+        auto h = gx::softmax<1>(gx::matmul(x, w1));  // (6, 7)
+        return gx::sum(gx::tanh(gx::matmul(h, w2) + b));
+      },
+      "softmax");
+}
+
+TEST_CASE("device models: layer norm of a product, shared through gx::let") {
+  check_model(
+      [](auto const& x, auto const&, auto& w1, auto& w2, auto& b) {
+        return gx::let(gx::matmul(x, w1), [&](auto const& h) {
+          auto n = gx::layer_norm(h);
+          return gx::sum(gx::matmul(n * h, w2) * b);
+        });
+      },
+      "layer_norm_let");
+}
+
+TEST_CASE("device models: a reduction broadcast back (a staged value) and a product's transpose") {
+  check_model(
+      [](auto const& x, auto const&, auto& w1, auto& w2, auto& b) {
+        auto h = gx::matmul(x, w1);
+        auto c = h - gx::mean<1>(h, gx::keep_dims);
+        return gx::sum(gx::square(gx::matmul(c, w2))) + gx::sum(gx::matmul(gx::transpose(w2), gx::transpose(c)) *
+                                                                gx::unsqueeze<1>(b));
+      },
+      "staged");
+}
