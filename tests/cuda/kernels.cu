@@ -105,6 +105,53 @@ std::vector<float> founding_grad(L& l, gx::grid::scatter_mode m, float* loss) {
   return std::vector<float>(g.data(), g.data() + g.size());
 }
 
+#if !defined(GRADIX_TEST_NO_CUBLAS)
+/// An MLP step on launcher l (issue 33: a model plan on the device): two products (the
+/// launcher's gemm: cuBLAS on a GPU, the host's gemm in the emulator), tanh, log_softmax rows,
+/// a one-hot target; returns the loss and both weight gradients. h: the host's gradients.
+template <class L>
+std::vector<float> mlp_grads(L& l, float* loss) {
+  using S2 = gx::shape<gx::dyn, gx::dyn>;
+  auto const hx = gx::randn<float>(gx::dims(64, 32), 5, 0.0f, 1.0f);
+  auto const hw1 = gx::randn<float>(gx::dims(32, 48), 6, 0.0f, 0.2f);
+  auto const hw2 = gx::randn<float>(gx::dims(48, 10), 7, 0.0f, 0.2f);
+  gx::tensor<float, S2> hy(gx::dims(64, 10));
+  for (index_t i = 0; i < 64; ++i)
+    for (index_t j = 0; j < 10; ++j) hy(i, j) = j == (i * 7) % 10 ? 1.0f : 0.0f;
+  auto loss_of = [](auto const& x, auto const& y, auto& w1, auto& w2) {
+    return -gx::sum(y * gx::log_softmax<1>(gx::matmul(gx::tanh(gx::matmul(x, w1)), w2))) / 64.0f;
+  };
+  std::vector<float> out;
+  if constexpr (std::is_same_v<L, gx::host_space>) {
+    auto w1 = gx::param(hw1);
+    auto w2 = gx::param(hw2);
+    *loss = gx::backward(loss_of(hx, hy, w1, w2));
+    auto const g1 = w1.grad().to_dense();
+    auto const g2 = w2.grad().to_dense();
+    out.assign(g1.data(), g1.data() + g1.size());
+    out.insert(out.end(), g2.data(), g2.data() + g2.size());
+  } else {
+    using DT2 = gx::grid::device_tensor<float, S2, L>;
+    auto dx = DT2::from_host(l, hx);
+    auto dy = DT2::from_host(l, hy);
+    auto w1 = gx::grid::param(DT2::from_host(l, hw1));
+    auto w2 = gx::grid::param(DT2::from_host(l, hw2));
+    *loss = gx::grid::backward(l, loss_of(dx.view(), dy.view(), w1, w2));
+    auto const g1 = w1.grad().download();
+    auto const g2 = w2.grad().download();
+    out.assign(g1.data(), g1.data() + g1.size());
+    out.insert(out.end(), g2.data(), g2.data() + g2.size());
+  }
+  return out;
+}
+bool close_all(std::vector<float> const& a, std::vector<float> const& b, float tol) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::abs(a[i] - b[i]) > tol * (1 + std::abs(b[i]))) return false;
+  return true;
+}
+#endif
+
 }  // namespace
 
 int main() {
@@ -171,6 +218,20 @@ int main() {
     gradix_test::emu::launcher l;
     emu_grad = founding_grad(l, gx::grid::scatter_mode::deterministic, &emu_loss);
   }
+
+#if !defined(GRADIX_TEST_NO_CUBLAS)
+  // an MLP step (model plan) in the emulator against the host
+  float host_mlp_loss = 0, emu_mlp_loss = 0;
+  std::vector<float> host_mlp, emu_mlp;
+  {
+    gx::host_space h;
+    host_mlp = mlp_grads(h, &host_mlp_loss);
+    gradix_test::emu::launcher l;
+    emu_mlp = mlp_grads(l, &emu_mlp_loss);
+  }
+  expect(close_all(emu_mlp, host_mlp, 1e-5f) && std::abs(emu_mlp_loss - host_mlp_loss) <= 1e-5f * (1 + std::abs(host_mlp_loss)),
+         "emulator MLP step equals the host's");
+#endif
 
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -255,6 +316,14 @@ int main() {
     expect(close, "device backward, atomic: close to the deterministic gradient");
     expect(std::abs(det_loss - emu_loss) <= 1e-4f * (1 + std::abs(emu_loss)), "device backward: the emulator's loss");
   }
+#if !defined(GRADIX_TEST_NO_CUBLAS)
+  {
+    float dev_mlp_loss = 0;
+    auto const dev_mlp = mlp_grads(l, &dev_mlp_loss);
+    expect(close_all(dev_mlp, emu_mlp, 1e-4f) && std::abs(dev_mlp_loss - emu_mlp_loss) <= 1e-4f * (1 + std::abs(emu_mlp_loss)),
+           "device MLP step (cuBLAS) close to the emulator's");
+  }
+#endif
   l.synchronize();
   // an error from CUDA becomes a gradix::error naming the call
   bool threw = false;

@@ -8,7 +8,9 @@
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/expr/matmul.hpp"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -28,6 +30,10 @@ namespace gradix::cuda {
 inline void check(cudaError_t e, char const* what) {
   if (e != cudaSuccess)
     ::gradix::detail::fail("gradix::cuda: ", what, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+}
+/// The same for a cuBLAS status.
+inline void check_blas(cublasStatus_t e, char const* what) {
+  if (e != CUBLAS_STATUS_SUCCESS) ::gradix::detail::fail("gradix::cuda: ", what, ": cuBLAS status ", int(e));
 }
 
 /// The context a kernel sees on the device. Its members are host-device so that the host
@@ -304,6 +310,52 @@ class launcher {
   void fill_zero(void* p, std::size_t bytes) { check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync"); }
   void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
+  /// C = A B (+ C) in the launcher's stream through cuBLAS (float, double): the call
+  /// backend/grid/executor.hpp makes for matrix products, with host::gemm's arguments
+  /// (mat_ref operands, each with a unit stride along one axis: blas_form_of; a batch of
+  /// products, or with cbs = 0 a batch summed into one C, in batch order). The row-major
+  /// product is cuBLAS's column-major C^T = B^T A^T. A program that calls it links cuBLAS
+  /// (-lcublas). Compiled in CI; never run on a GPU yet (docs/cuda.md).
+  template <class T>
+  void gemm(index_t batch, index_t m, index_t n, index_t k, mat_ref<T> a, mat_ref<T> b, T* c, index_t ldc,
+            index_t cbs, bool accumulate) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "gradix::cuda: matrix products on the device are float or double");
+    if (batch <= 0 || m <= 0 || n <= 0) return;
+    if (k == 0) {  // C = 0 (+ C)
+      if (!accumulate)
+        for (index_t q = 0; q < (cbs == 0 ? 1 : batch); ++q)
+          check(cudaMemset2DAsync(c + q * cbs, std::size_t(ldc) * sizeof(T), 0, std::size_t(n) * sizeof(T), std::size_t(m), stream_),
+                "cudaMemset2DAsync (gemm with k = 0)");
+      return;
+    }
+    blas_form const fa = blas_form_of(m, k, a.rs, a.cs), fb = blas_form_of(k, n, b.rs, b.cs);
+    constexpr index_t imax = 2147483647;
+    if (!fa.ok || !fb.ok)
+      ::gradix::detail::fail("gradix::cuda: gemm: an operand has no unit stride (the save transform copies such operands)");
+    if (m > imax || n > imax || k > imax || fa.ld > imax || fb.ld > imax || ldc > imax || batch > imax)
+      ::gradix::detail::fail("gradix::cuda: gemm: extents beyond cuBLAS's int range");
+    cublasHandle_t const h = blas_handle();
+    cublasOperation_t const ob = fb.trans ? CUBLAS_OP_T : CUBLAS_OP_N, oa = fa.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    T const one = T(1), zero = T(0);
+    auto call = [&](T const* bp, T const* ap, T* cp, T const* beta, index_t count) {
+      if constexpr (std::is_same_v<T, float>)
+        check_blas(cublasSgemmStridedBatched(h, ob, oa, int(n), int(m), int(k), &one, bp, int(fb.ld), b.bs, ap, int(fa.ld),
+                                             a.bs, beta, cp, int(ldc), cbs, int(count)),
+                   "cublasSgemmStridedBatched");
+      else
+        check_blas(cublasDgemmStridedBatched(h, ob, oa, int(n), int(m), int(k), &one, bp, int(fb.ld), b.bs, ap, int(fa.ld),
+                                             a.bs, beta, cp, int(ldc), cbs, int(count)),
+                   "cublasDgemmStridedBatched");
+    };
+    if (cbs != 0 || batch == 1) {
+      call(b.p, a.p, c, accumulate ? &one : &zero, batch);
+    } else {  // one C for the whole batch: the products added one after another
+      for (index_t q = 0; q < batch; ++q)
+        call(b.p + q * b.bs, a.p + q * a.bs, c, (accumulate || q > 0) ? &one : &zero, 1);
+    }
+  }
+
  private:
   // A kept block is handed out again only in an order the stream guarantees: to any thread
   // when the stream is one stream for all of them, but for cudaStreamPerThread (a different
@@ -341,6 +393,10 @@ class launcher {
     std::vector<void*> visible_free;
     // arrival counters, per stream (and thread, on cudaStreamPerThread)
     std::unordered_map<block_key, std::uint32_t*, key_hash> counters;
+    // cuBLAS handles, the same way (gemm); destroyed through blas_destroy, set where the
+    // first is made, so that a program without products does not link cuBLAS
+    std::unordered_map<block_key, void*, key_hash> blas;
+    void (*blas_destroy)(void*) = nullptr;
     // page-locked host memory for small reads (copy_to_host), made on first use (null if
     // cudaMallocHost fails: the reads then go to pageable memory)
     static constexpr std::size_t staging_bytes = 4096;
@@ -371,6 +427,8 @@ class launcher {
     ~cache() {
       trim();
       for (auto& [k, p] : counters) (void)cudaFree(p);
+      if (blas_destroy)
+        for (auto& [k, h] : blas) blas_destroy(h);
       for (void* p : visible_pages) (void)cudaFreeHost(p);
       if (staging) (void)cudaFreeHost(staging);
     }
@@ -386,6 +444,19 @@ class launcher {
     std::size_t s = 256;
     while (s < bytes) s *= 2;
     return s;
+  }
+  /// This stream's cuBLAS handle (and thread's, on cudaStreamPerThread), made on first use.
+  cublasHandle_t blas_handle() {
+    std::lock_guard<std::mutex> g(cache_->m);
+    void*& h = cache_->blas[counter_key()];
+    if (!h) {
+      cublasHandle_t x = nullptr;
+      check_blas(cublasCreate(&x), "cublasCreate");
+      check_blas(cublasSetStream(x, stream_), "cublasSetStream");
+      h = x;
+      cache_->blas_destroy = [](void* p) { (void)cublasDestroy(static_cast<cublasHandle_t>(p)); };
+    }
+    return static_cast<cublasHandle_t>(h);
   }
   static constexpr std::size_t default_shared = 48 * 1024;
   cudaStream_t stream_ = cudaStreamPerThread;
