@@ -127,3 +127,33 @@ TEST_CASE("device models: a reduction broadcast back (a staged value) and a prod
       },
       "staged");
 }
+
+TEST_CASE("device models: cross_entropy with device targets, and a bad target reported before anything runs") {
+  auto const hx = gx::randn<T>(gx::dims(6, 5), 1, 0.0, 0.7);
+  auto const hw = gx::randn<T>(gx::dims(5, 4), 2, 0.0, 0.5);
+  auto const ht = index_tensor({0, 3, 1, 1, 2, 3});
+  auto pw = gx::param(hw);
+  T const hv = gx::backward(gx::cross_entropy(gx::matmul(hx, pw), ht));
+  auto const hg = pw.grad().to_dense();
+  for (config c : configs) {
+    INFO("threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+    launcher l = make_launcher(c);
+    auto dx = to_device(l, hx);
+    auto dt = to_device(l, ht);
+    auto dw = grid::param(to_device(l, hw));
+    grid::backward_options const o{mode::atomic, {c.threads, c.max_blocks}};
+    T const dv = grid::backward(l, gx::cross_entropy(gx::matmul(dx.view(), dw), dt.view()), o);
+    CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+    CHECK(max_rel(dw.grad().download(), hg) <= 1e-12);
+    // a target outside [0, 4): the host's message, the gradient unchanged
+    auto bad = index_tensor({0, 3, 1, 4, 2, 3});
+    auto db = to_device(l, bad);
+    auto const before = dw.grad().download();
+    std::string const want = error_of([&] { (void)gx::cross_entropy(gx::matmul(hx, pw), bad); });
+    std::string const got =
+        error_of([&] { grid::backward(l, gx::cross_entropy(gx::matmul(dx.view(), dw), db.view()), o); });
+    CHECK(got == want);
+    CHECK(want.find("position 4 at [3, 0] is out of range for axis 1 of extent 4") != std::string::npos);
+    CHECK(max_rel(dw.grad().download(), before) == 0);
+  }
+}

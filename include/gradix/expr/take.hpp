@@ -98,9 +98,10 @@ constexpr auto take_along(X&& x, P&& pos) {
         detail::fail("gradix::take_along: the positions' extent ", sp.extent(j), " differs from the operand's ",
                      sa.extent(j), " at axis ", j, " (operand shape ", to_string(sa), ", positions shape ",
                      to_string(sp), "; only axis ", Ax, " may differ)");
-    // every position, checked now
+    // every position, checked now (positions in device memory: by the device backend before
+    // it runs the expression, grid::validate_expression, with the same message)
     index_t const n = sa.extent(Ax);
-    if (sp.size() > 0) {
+    if (sp.size() > 0 && !std::is_same_v<space_of_t<Pn>, cuda_space>) {
       ev::evaluator<Pn> const pe(p);
       auto const ext = sp.extents();
       coord<R> c{};

@@ -5,12 +5,17 @@
 /// cuda_space view) is checked by a validation kernel against the extent it indexes
 /// (grid::validate_indices: the first bad position through an atomic min, one host read).
 /// The error is the host's (expr/index.hpp): `gradix::gather: index 7 (position 2) is out of
-/// range for axis 1 of extent 5`. It comes before anything is written: grid::backward
+/// range for axis 1 of extent 5`. The positions of a take_along (cross_entropy's targets)
+/// in device memory are checked the same way (validate_positions), with expr/take.hpp's
+/// message. It comes before anything is written: grid::backward
 /// validates first, so parameters and gradients stay as they were.
 
 #include "gradix/backend/grid/scatter.hpp"
 #include "gradix/config.hpp"
+#include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/take.hpp"
 #include "gradix/expr/index.hpp"
+#include "gradix/expr/take.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/visit.hpp"
 
@@ -54,13 +59,99 @@ void for_each_index_node(N const& n, F&& f) {
     for_each_index_node(n.arg_, f);
   }
 }
+/// Calls f(node) for every take_along node of n whose positions are in device memory.
+template <class N, class F>
+void for_each_device_take(N const& n, F&& f) {
+  using D = std::remove_cvref_t<N>;
+  if constexpr (is_view_v<D> || ::gradix::detail::is_param_node<D>::value) {
+  } else if constexpr (is_let_node<D>::value) {
+    for_each_device_take(n.z_, f);
+    for_each_device_take(n.body_, f);
+  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
+    for_each_device_take(n.lhs_, f);
+    for_each_device_take(n.rhs_, f);
+  } else if constexpr (requires { n.arg_; n.pos_; }) {
+    if constexpr (std::is_same_v<space_of_t<decltype(n.pos_)>, cuda_space> && requires { D::axis; }) f(n);
+    for_each_device_take(n.pos_, f);
+    for_each_device_take(n.arg_, f);
+  } else if constexpr (requires { n.pos_; }) {
+    for_each_device_take(n.pos_, f);
+  } else if constexpr (requires { n.arg_; }) {
+    for_each_device_take(n.arg_, f);
+  }
+}
+
+/// *first_bad_ = the smallest flat (row-major) coordinate k of positions p_ whose value is
+/// outside [0, n_) (left as it is when there is none).
+template <class P>
+struct positions_check_kernel {
+  static constexpr bool uses_barriers = false;
+  P p_;
+  index_t n_;
+  long long* first_bad_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    using I = value_type_t<P>;
+    ev::evaluator<P> const pe(p_);
+    auto const ext = p_.shape().extents();
+    index_t const size = p_.shape().size();
+    for (index_t k = grid_first(c); k < size; k += grid_step(c)) {
+      I const v = pe(unravel(ext, k));
+      bool ok;
+      if constexpr (std::is_signed_v<I>) ok = v >= 0 && static_cast<long long>(v) < static_cast<long long>(n_);
+      else ok = static_cast<unsigned long long>(v) < static_cast<unsigned long long>(n_);
+      if (!ok) c.atomic_min(first_bad_, static_cast<long long>(k));
+    }
+  }
+};
+/// *out_ = positions p_ at flat coordinate k_ (one thread).
+template <class P>
+struct position_at_kernel {
+  static constexpr bool uses_barriers = false;
+  P p_;
+  index_t k_;
+  long long* out_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    if (grid_first(c) == 0) *out_ = static_cast<long long>(ev::evaluator<P>(p_)(unravel(p_.shape().extents(), k_)));
+  }
+};
 }  // namespace detail
+
+/// Checks the positions of take_along node n (in device memory) against the extent of its
+/// axis, as the host checks host positions when the node is built (expr/take.hpp): throws
+/// gradix::error with the host's message for the first bad position. Waits for the device.
+template <class L, class N>
+void validate_positions(L& l, N const& n, launch_options o = {}) {
+  using P = std::remove_cvref_t<decltype(n.pos_)>;
+  constexpr std::size_t R = shape_of_t<P>::rank;
+  index_t const size = n.pos_.shape().size();
+  if (size == 0) return;
+  index_t const extent = n.arg_.shape().extent(N::axis);
+  detail::scratch<L> flag(l, 2 * sizeof(long long));
+  long long const none = static_cast<long long>(PTRDIFF_MAX);
+  l.copy_to_device(flag.p_, &none, sizeof none);
+  long long* const fb = flag.template as<long long>();
+  l.launch(shape_for(size, o, l.max_threads()), detail::positions_check_kernel<P>{n.pos_, extent, fb});
+  long long first = none;
+  l.copy_to_host(&first, fb, sizeof first);
+  if (first == none) return;
+  l.launch(launch_shape{1, 1, 0}, detail::position_at_kernel<P>{n.pos_, index_t(first), fb + 1});
+  long long v = 0;
+  l.copy_to_host(&v, fb + 1, sizeof v);
+  coord<R> const c = unravel(n.pos_.shape().extents(), index_t(first));
+  ::gradix::detail::fail("gradix::take_along: position ", v, " at ", ::gradix::detail::extents_to_string(c.begin(), R),
+                         " is out of range for axis ", N::axis, " of extent ", extent);
+}
 
 /// Validates every device index vector of expression e on l's device (see the file comment).
 /// Waits for the device once per device index vector whose bounds the host does not know
 /// (grid::device_indices records them); an expression without such a vector launches nothing.
 template <class L, class E>
 void validate_expression(L& l, E const& e, launch_options o = {}) {
+  detail::for_each_device_take(e, [&](auto const& n) { validate_positions(l, n, o); });
   detail::for_each_index_node(e, [&](auto const& n) {
     using P = detail::index_node_parts<std::remove_cvref_t<decltype(n)>>;
     using Idx = typename P::index_kind;
