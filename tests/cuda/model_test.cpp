@@ -157,3 +157,48 @@ TEST_CASE("device models: cross_entropy with device targets, and a bad target re
     CHECK(max_rel(dw.grad().download(), before) == 0);
   }
 }
+
+TEST_CASE("device models: embedding_bag with device tokens and offsets (a text classifier's step), bad offsets") {
+  auto const he = gx::randn<T>(gx::dims(20, 6), 5, 0.0, 0.5);
+  auto const hw = gx::randn<T>(gx::dims(6, 3), 6, 0.0, 0.5);
+  auto const htok = index_tensor({3, 7, 7, 19, 0, 4, 3, 12, 5});
+  auto const hoff = index_tensor({0, 2, 2, 6});  // bag 1 empty
+  auto const hy = index_tensor({0, 2, 1, 1});
+  for (auto mode : {gx::bag_mode::sum, gx::bag_mode::mean}) {
+    auto pe = gx::param(he, gx::sparse_grad<0>);
+    auto pw = gx::param(hw);
+    T const hv = gx::backward(gx::cross_entropy(gx::matmul(gx::embedding_bag(pe, htok, hoff, mode), pw), hy));
+    auto const ge = pe.grad().to_dense();
+    auto const gw = pw.grad().to_dense();
+    for (config c : configs) {
+      INFO("mode " << int(mode) << ", threads " << c.threads << ", max_blocks " << c.max_blocks);
+      launcher l = make_launcher(c);
+      auto dtok = to_device(l, htok);
+      auto doff = to_device(l, hoff);
+      auto dy = to_device(l, hy);
+      auto de = grid::param(to_device(l, he), gx::sparse_grad<0>);
+      auto dw = grid::param(to_device(l, hw));
+      for (auto sm : {mode::atomic, mode::deterministic}) {
+        de.grad().zero();
+        dw.grad().zero();
+        grid::backward_options const o{sm, {c.threads, c.max_blocks}};
+        T const dv = grid::backward(
+            l, gx::cross_entropy(gx::matmul(gx::embedding_bag(de, dtok.view(), doff.view(), mode), dw), dy.view()), o);
+        CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+        CHECK(max_rel(de.grad().download(), ge) <= 1e-12);
+        CHECK(max_rel(dw.grad().download(), gw) <= 1e-12);
+      }
+      // offsets that decrease: the host's message (for embedding_bag), nothing written
+      auto const bad_off = index_tensor({0, 4, 3, 6});
+      auto dbad = to_device(l, bad_off);
+      auto const before = dw.grad().download();
+      std::string const want = error_of([&] { (void)gx::embedding_bag(pe, htok, bad_off, mode); });
+      std::string const got = error_of([&] {
+        grid::backward(l, gx::cross_entropy(gx::matmul(gx::embedding_bag(de, dtok.view(), dbad.view(), mode), dw), dy.view()));
+      });
+      CHECK(got == want);
+      CHECK(want == "gradix::embedding_bag: offsets[2] = 3 is below offsets[1] = 4 (offsets must not decrease)");
+      CHECK(max_rel(dw.grad().download(), before) == 0);
+    }
+  }
+}

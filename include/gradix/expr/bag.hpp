@@ -88,8 +88,14 @@ template <class A, class Off>
 constexpr auto make_segment_sum(A const& a, Off const& off, bag_mode mode, char const* op) {
   using I = typename Off::index_type;
   using node = segment_sum_node<A, I>;
+  // offsets and operand in one memory: a device operand reads device offsets (checked on the
+  // device before a call runs: grid::validate_expression), a host one host offsets (now)
+  constexpr bool device_off = is_device_index<Off>::value;
+  static_assert(device_off == std::is_same_v<space_of_t<A>, cuda_space>,
+                "gradix::embedding_bag / segment_sum: the offsets must be in the operand's memory (device "
+                "offsets, a cuda_space view, for a device table; host offsets for a host one)");
   index_t const nb = off.size_, len = a.shape().extent(0);
-  for (index_t b = 0; b < nb; ++b) {
+  for (index_t b = 0; b < (device_off ? 0 : nb); ++b) {
     index_t const o = off(b);
     if (b == 0 && o != 0) fail(op, ": offsets[0] is ", o, "; the first bag must start at 0");
     if (o < 0 || o > len)

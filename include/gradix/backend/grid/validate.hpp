@@ -14,6 +14,7 @@
 #include "gradix/config.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/take.hpp"
+#include "gradix/expr/bag.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/node.hpp"
@@ -81,6 +82,49 @@ void for_each_device_take(N const& n, F&& f) {
   }
 }
 
+/// Calls f(node) for every segment sum (embedding_bag) of n, its offsets in device memory.
+template <class N, class F>
+void for_each_segment_sum(N const& n, F&& f) {
+  using D = std::remove_cvref_t<N>;
+  if constexpr (is_view_v<D> || ::gradix::detail::is_param_node<D>::value) {
+  } else if constexpr (is_segment_sum_node<D>::value) {
+    f(n);
+    for_each_segment_sum(n.arg_, f);
+  } else if constexpr (is_let_node<D>::value) {
+    for_each_segment_sum(n.z_, f);
+    for_each_segment_sum(n.body_, f);
+  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
+    for_each_segment_sum(n.lhs_, f);
+    for_each_segment_sum(n.rhs_, f);
+  } else if constexpr (requires { n.arg_; n.pos_; }) {
+    for_each_segment_sum(n.pos_, f);
+    for_each_segment_sum(n.arg_, f);
+  } else if constexpr (requires { n.pos_; }) {
+    for_each_segment_sum(n.pos_, f);
+  } else if constexpr (requires { n.arg_; }) {
+    for_each_segment_sum(n.arg_, f);
+  }
+}
+
+/// *first_bad_ = the smallest bag b whose offset breaks the rules of expr/bag.hpp (offsets[0]
+/// is 0, every offset in [0, len_], none below the one before).
+template <class I>
+struct offsets_check_kernel {
+  static constexpr bool uses_barriers = false;
+  index_vec<I> off_;
+  index_t len_;
+  long long* first_bad_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    for (index_t b = grid_first(c); b < off_.size_; b += grid_step(c)) {
+      index_t const o = off_(b);
+      bool const bad = (b == 0 && o != 0) || o < 0 || o > len_ || (b > 0 && o < off_(b - 1));
+      if (bad) c.atomic_min(first_bad_, static_cast<long long>(b));
+    }
+  }
+};
+
 /// *first_bad_ = the smallest flat (row-major) coordinate k of positions p_ whose value is
 /// outside [0, n_) (left as it is when there is none).
 template <class P>
@@ -146,12 +190,42 @@ void validate_positions(L& l, N const& n, launch_options o = {}) {
                          " is out of range for axis ", N::axis, " of extent ", extent);
 }
 
+/// Checks the offsets (device memory) of segment sum n as expr/bag.hpp checks host offsets
+/// when the node is built: gradix::error with that message for the first bad one (naming
+/// op, gradix::embedding_bag: the same rules hold for segment_sum). Waits for the device.
+template <class L, class N>
+void validate_offsets(L& l, N const& n, launch_options o = {}) {
+  using I = typename std::remove_cvref_t<decltype(n.idx_)>::index_type;
+  index_t const nb = n.idx_.size_, len = n.arg_.shape().extent(0);
+  if (nb == 0) return;
+  detail::scratch<L> flag(l, sizeof(long long));
+  long long const none = static_cast<long long>(PTRDIFF_MAX);
+  l.copy_to_device(flag.p_, &none, sizeof none);
+  l.launch(shape_for(nb, o, l.max_threads()), detail::offsets_check_kernel<I>{n.idx_, len, flag.template as<long long>()});
+  long long first = none;
+  l.copy_to_host(&first, flag.p_, sizeof first);
+  if (first == none) return;
+  index_t const b = index_t(first);
+  auto read = [&](index_t k) {
+    I v{};
+    l.copy_to_host(&v, n.idx_.data_ + k * n.idx_.stride_, sizeof v);
+    return index_t(v);
+  };
+  index_t const ob = read(b);
+  char const* op = "gradix::embedding_bag";
+  if (b == 0 && ob != 0) ::gradix::detail::fail(op, ": offsets[0] is ", ob, "; the first bag must start at 0");
+  if (ob < 0 || ob > len) ::gradix::detail::fail(op, ": offsets[", b, "] = ", ob, " is out of range for ", len, " positions");
+  ::gradix::detail::fail(op, ": offsets[", b, "] = ", ob, " is below offsets[", b - 1, "] = ", read(b - 1),
+                         " (offsets must not decrease)");
+}
+
 /// Validates every device index vector of expression e on l's device (see the file comment).
 /// Waits for the device once per device index vector whose bounds the host does not know
 /// (grid::device_indices records them); an expression without such a vector launches nothing.
 template <class L, class E>
 void validate_expression(L& l, E const& e, launch_options o = {}) {
   detail::for_each_device_take(e, [&](auto const& n) { validate_positions(l, n, o); });
+  detail::for_each_segment_sum(e, [&](auto const& n) { validate_offsets(l, n, o); });
   detail::for_each_index_node(e, [&](auto const& n) {
     using P = detail::index_node_parts<std::remove_cvref_t<decltype(n)>>;
     using Idx = typename P::index_kind;
