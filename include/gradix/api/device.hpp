@@ -37,28 +37,21 @@ constexpr auto first_of(A a, B b) {
   if constexpr (std::is_void_v<typename A::type>) return b;
   else return a;
 }
+constexpr auto first_of_all() { return std::type_identity<void>{}; }
+template <class A, class... B>
+constexpr auto first_of_all(A a, B... b) {
+  if constexpr (sizeof...(B) == 0) return a;
+  else return first_of(a, first_of_all(b...));
+}
 template <class N>
 constexpr auto device_launcher_probe() {
   using D = std::remove_cvref_t<N>;
   if constexpr (is_device_param_node<D>::value) {
     return std::type_identity<std::remove_cvref_t<decltype(std::declval<D const&>().grad_->launcher())>>{};
-  } else if constexpr (is_view_v<D> || is_param_node<D>::value || is_var_node<D>::value) {
-    return std::type_identity<void>{};
-  } else if constexpr (is_let_node<D>::value) {
-    return first_of(device_launcher_probe<decltype(std::declval<D&>().z_)>(),
-                    device_launcher_probe<decltype(std::declval<D&>().body_)>());
-  } else if constexpr (requires(D& n) { n.lhs_; n.rhs_; }) {
-    return first_of(device_launcher_probe<decltype(std::declval<D&>().lhs_)>(),
-                    device_launcher_probe<decltype(std::declval<D&>().rhs_)>());
-  } else if constexpr (requires(D& n) { n.arg_; n.pos_; }) {
-    return first_of(device_launcher_probe<decltype(std::declval<D&>().pos_)>(),
-                    device_launcher_probe<decltype(std::declval<D&>().arg_)>());
-  } else if constexpr (requires(D& n) { n.pos_; }) {
-    return device_launcher_probe<decltype(std::declval<D&>().pos_)>();
-  } else if constexpr (requires(D& n) { n.arg_; }) {
-    return device_launcher_probe<decltype(std::declval<D&>().arg_)>();
-  } else {
-    return std::type_identity<void>{};
+  } else {  // the first operand (expr/visit.hpp's order) that has one
+    return []<class... C>(tuple<C...> const*) {
+      return first_of_all(device_launcher_probe<C>()...);
+    }(static_cast<operand_types_t<D> const*>(nullptr));
   }
 }
 template <class N>

@@ -288,13 +288,7 @@ inline std::string describe_nonfinite(bool leaf, char const* label, std::string 
 /// Whether a let is anywhere in N (types only).
 template <class N>
 constexpr bool holds_let() {
-  if constexpr (is_let_node<N>::value) return true;
-  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
-    return holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
-           holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  else if constexpr (requires(N const& x) { x.arg_; })
-    return holds_let<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
-  else return false;
+  return any_node<N, is_let_node>();
 }
 
 /// Walks n children first; the first input leaf, or (with GRADIX_CHECK_FINITE_NODES, the

@@ -33,6 +33,7 @@
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/rebuild.hpp"
+#include "gradix/expr/visit.hpp"
 #include "gradix/expr/reduce.hpp"
 
 #include <algorithm>
@@ -60,16 +61,7 @@ constexpr void for_each_use(U& u, F&& f) {
 /// Whether N holds a parameter node (types only).
 template <class N>
 constexpr bool holds_param() {
-  if constexpr (is_param_node<N>::value) return true;
-  else if constexpr (is_let_node<N>::value)
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>() ||
-           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
-  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
-           holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  else if constexpr (requires(N const& x) { x.arg_; })
-    return holds_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
-  else return false;
+  return any_node<N, is_param_node>();
 }
 /// The number of nodes of N (types only; memoized per type).
 template <class N>
@@ -78,14 +70,9 @@ template <class N>
 inline constexpr std::size_t node_count_v = count_nodes<std::remove_cvref_t<N>>();
 template <class N>
 constexpr std::size_t count_nodes() {
-  if constexpr (is_let_node<N>::value)
-    return 1 + node_count_v<decltype(std::declval<N const&>().z_)> + node_count_v<decltype(std::declval<N const&>().body_)>;
-  else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; })
-    return 1 + node_count_v<decltype(std::declval<N const&>().lhs_)> + node_count_v<decltype(std::declval<N const&>().rhs_)>;
-  else if constexpr (requires(N const& x) { x.arg_; })
-    return 1 + node_count_v<decltype(std::declval<N const&>().arg_)>;
-  else
-    return 1;
+  return []<class... C>(tuple<C...> const*) {
+    return (std::size_t(1) + ... + node_count_v<C>);
+  }(static_cast<operand_types_t<N> const*>(nullptr));
 }
 /// grad() in constant evaluation rewrites the expression's parameter nodes
 /// (redirect_params), a recursion as deep as the expression: instantiated only for

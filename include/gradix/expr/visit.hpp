@@ -1,10 +1,14 @@
 #pragma once
 /// \file
-/// Run-time walks over an expression's leaves, for the checks the API makes before it runs
-/// an expression (api/checks.hpp): parameters whose value moved, aliasing between a
-/// destination and the leaves, lifetimes. One pass over the node tree, no allocation.
+/// The operand protocol (issue 33): the one place that says what a node's operands are
+/// (operands_of, for_each_operand, for_each_node, operand_types), for the walks that treat
+/// every operand alike; and the walk over an expression's leaves for the checks a call makes
+/// before it runs an expression (exec/checks.hpp): parameters whose value moved, aliasing
+/// between a destination and the leaves, lifetimes. One pass over the node tree, no
+/// allocation.
 
 #include "gradix/config.hpp"
+#include "gradix/core/tuple.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/expr/concat.hpp"
 #include "gradix/expr/elementwise.hpp"
@@ -27,6 +31,75 @@ template <class N>
 struct is_param_node : std::false_type {};
 template <class V, class G>
 struct is_param_node<param_node<V, G>> : std::true_type {};
+
+/// The operands of node n, in a fixed order (f gets each with n's constness):
+///   let_node              (operand z_, body_)        bound_let_node   (operand z_, body arg_)
+///   binary, matmul, concat (lhs_, rhs_)              take_along       (arg_, positions pos_)
+///   one_hot               (pos_)                     other inner nodes (arg_)
+///   leaves (views, parameters, scalars, placeholders, saved values, patterns): none.
+/// Index data (an index node's or a segment sum's idx_) is not an operand: a lookup table.
+/// A walk that treats each kind of operand differently (for_each_leaf below, rebuild) names
+/// the members itself.
+template <class N, class F>
+constexpr void for_each_operand(N& n, F&& f) {
+  using D = std::remove_const_t<N>;
+  if constexpr (is_view_v<D> || is_param_node<D>::value || is_saved_node<D>::value) {
+  } else if constexpr (is_let_node<D>::value) {
+    f(n.z_);
+    f(n.body_);
+  } else if constexpr (is_bound_let_node<D>::value) {
+    f(n.z_);
+    f(n.arg_);
+  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
+    f(n.lhs_);
+    f(n.rhs_);
+  } else if constexpr (requires { n.arg_; n.pos_; }) {
+    f(n.arg_);
+    f(n.pos_);
+  } else if constexpr (requires { n.pos_; }) {
+    f(n.pos_);
+  } else if constexpr (requires { n.arg_; }) {
+    f(n.arg_);
+  }
+}
+/// The operand types of N (cv-ref removed, for_each_operand's order), as a gradix::tuple.
+template <class N>
+struct operand_types {
+  using D = std::remove_cvref_t<N>;
+  template <class... C>
+  static std::type_identity<tuple<std::remove_cvref_t<C>...>> of(C&&...);
+  static auto probe() {
+    if constexpr (is_view_v<D> || is_param_node<D>::value || is_saved_node<D>::value)
+      return std::type_identity<tuple<>>{};
+    else if constexpr (is_let_node<D>::value) return decltype(of(std::declval<D&>().z_, std::declval<D&>().body_)){};
+    else if constexpr (is_bound_let_node<D>::value) return decltype(of(std::declval<D&>().z_, std::declval<D&>().arg_)){};
+    else if constexpr (requires(D& n) { n.lhs_; n.rhs_; }) return decltype(of(std::declval<D&>().lhs_, std::declval<D&>().rhs_)){};
+    else if constexpr (requires(D& n) { n.arg_; n.pos_; }) return decltype(of(std::declval<D&>().arg_, std::declval<D&>().pos_)){};
+    else if constexpr (requires(D& n) { n.pos_; }) return decltype(of(std::declval<D&>().pos_)){};
+    else if constexpr (requires(D& n) { n.arg_; }) return decltype(of(std::declval<D&>().arg_)){};
+    else return std::type_identity<tuple<>>{};
+  }
+  using type = typename decltype(probe())::type;
+};
+template <class N>
+using operand_types_t = typename operand_types<N>::type;
+/// Calls f(m) for n and every node below it, parents first, operands in order.
+template <class N, class F>
+constexpr void for_each_node(N& n, F&& f) {
+  f(n);
+  for_each_operand(n, [&](auto& c) { for_each_node(c, f); });
+}
+/// Whether Pred<M>::value holds for N or a node below it (types only).
+template <class N, template <class> class Pred>
+constexpr bool any_node() {
+  if constexpr (Pred<N>::value) {
+    return true;
+  } else {
+    return []<class... C>(tuple<C...> const*) {
+      return (any_node<C, Pred>() || ... || false);
+    }(static_cast<operand_types_t<N> const*>(nullptr));
+  }
+}
 
 /// Whether an operand of a binary node is read at the result's own coordinate (same rank,
 /// no axis broadcast).

@@ -37,75 +37,6 @@ struct index_node_parts<index_node<A, Axis, Idx>> {
   using index_kind = Idx;
 };
 
-/// Calls f(node) for every index_node of n (and of its operands), in a fixed order.
-template <class N, class F>
-void for_each_index_node(N const& n, F&& f) {
-  using D = std::remove_cvref_t<N>;
-  if constexpr (index_node_parts<D>::value) {
-    f(n);
-    for_each_index_node(n.arg_, f);
-  } else if constexpr (is_view_v<D> || ::gradix::detail::is_param_node<D>::value) {
-  } else if constexpr (is_let_node<D>::value) {
-    for_each_index_node(n.z_, f);
-    for_each_index_node(n.body_, f);
-  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
-    for_each_index_node(n.lhs_, f);
-    for_each_index_node(n.rhs_, f);
-  } else if constexpr (requires { n.arg_; n.pos_; }) {
-    for_each_index_node(n.pos_, f);
-    for_each_index_node(n.arg_, f);
-  } else if constexpr (requires { n.pos_; }) {
-    for_each_index_node(n.pos_, f);
-  } else if constexpr (requires { n.arg_; }) {
-    for_each_index_node(n.arg_, f);
-  }
-}
-/// Calls f(node) for every take_along node of n whose positions are in device memory.
-template <class N, class F>
-void for_each_device_take(N const& n, F&& f) {
-  using D = std::remove_cvref_t<N>;
-  if constexpr (is_view_v<D> || ::gradix::detail::is_param_node<D>::value) {
-  } else if constexpr (is_let_node<D>::value) {
-    for_each_device_take(n.z_, f);
-    for_each_device_take(n.body_, f);
-  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
-    for_each_device_take(n.lhs_, f);
-    for_each_device_take(n.rhs_, f);
-  } else if constexpr (requires { n.arg_; n.pos_; }) {
-    if constexpr (std::is_same_v<space_of_t<decltype(n.pos_)>, cuda_space> && requires { D::axis; }) f(n);
-    for_each_device_take(n.pos_, f);
-    for_each_device_take(n.arg_, f);
-  } else if constexpr (requires { n.pos_; }) {
-    for_each_device_take(n.pos_, f);
-  } else if constexpr (requires { n.arg_; }) {
-    for_each_device_take(n.arg_, f);
-  }
-}
-
-/// Calls f(node) for every segment sum (embedding_bag) of n, its offsets in device memory.
-template <class N, class F>
-void for_each_segment_sum(N const& n, F&& f) {
-  using D = std::remove_cvref_t<N>;
-  if constexpr (is_view_v<D> || ::gradix::detail::is_param_node<D>::value) {
-  } else if constexpr (is_segment_sum_node<D>::value) {
-    f(n);
-    for_each_segment_sum(n.arg_, f);
-  } else if constexpr (is_let_node<D>::value) {
-    for_each_segment_sum(n.z_, f);
-    for_each_segment_sum(n.body_, f);
-  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
-    for_each_segment_sum(n.lhs_, f);
-    for_each_segment_sum(n.rhs_, f);
-  } else if constexpr (requires { n.arg_; n.pos_; }) {
-    for_each_segment_sum(n.pos_, f);
-    for_each_segment_sum(n.arg_, f);
-  } else if constexpr (requires { n.pos_; }) {
-    for_each_segment_sum(n.pos_, f);
-  } else if constexpr (requires { n.arg_; }) {
-    for_each_segment_sum(n.arg_, f);
-  }
-}
-
 /// *first_bad_ = the smallest bag b whose offset breaks the rules of expr/bag.hpp (offsets[0]
 /// is 0, every offset in [0, len_], none below the one before).
 template <class I>
@@ -219,15 +150,15 @@ void validate_offsets(L& l, N const& n, launch_options o = {}) {
                          " (offsets must not decrease)");
 }
 
-/// Validates every device index vector of expression e on l's device (see the file comment).
-/// Waits for the device once per device index vector whose bounds the host does not know
-/// (grid::device_indices records them); an expression without such a vector launches nothing.
-template <class L, class E>
-void validate_expression(L& l, E const& e, launch_options o = {}) {
-  detail::for_each_device_take(e, [&](auto const& n) { validate_positions(l, n, o); });
-  detail::for_each_segment_sum(e, [&](auto const& n) { validate_offsets(l, n, o); });
-  detail::for_each_index_node(e, [&](auto const& n) {
-    using P = detail::index_node_parts<std::remove_cvref_t<decltype(n)>>;
+namespace detail {
+/// validate_expression's walk: operands first (the order in which the host checks host
+/// operands: when each node is built), then n's own device indices, positions or offsets.
+template <class L, class N>
+void validate_node(L& l, N const& n, launch_options o) {
+  ::gradix::detail::for_each_operand(n, [&](auto const& c) { validate_node(l, c, o); });
+  using D = std::remove_cvref_t<N>;
+  if constexpr (index_node_parts<D>::value) {
+    using P = index_node_parts<D>;
     using Idx = typename P::index_kind;
     if constexpr (is_device_index<Idx>::value) {
       index_t const extent = n.arg_.shape().extent(P::axis);
@@ -239,7 +170,19 @@ void validate_expression(L& l, E const& e, launch_options o = {}) {
         validate_indices(l, iv.data_, iv.size_, iv.stride_, extent, op.c_str(), P::axis, o);
       }
     }
-  });
+  } else if constexpr (requires { n.arg_; n.pos_; D::axis; }) {
+    if constexpr (std::is_same_v<space_of_t<decltype(n.pos_)>, cuda_space>) validate_positions(l, n, o);
+  } else if constexpr (is_segment_sum_node<D>::value) {
+    validate_offsets(l, n, o);
+  }
+}
+}  // namespace detail
+
+/// Validates every device index vector, take_along position and bag offset of expression e
+/// on l's device (see the file comment), operands before the nodes that read them.
+template <class L, class E>
+void validate_expression(L& l, E const& e, launch_options o = {}) {
+  detail::validate_node(l, e, o);
 }
 
 }  // namespace gradix::grid
