@@ -28,7 +28,7 @@
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/pattern.hpp"
 #include "gradix/expr/concat.hpp"
-#include "gradix/expr/softmax.hpp"
+#include "gradix/api/softmax.hpp"
 #include "gradix/eval/elementwise.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/index.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Row operations: softmax, log_softmax, layer norm and RMS norm over one axis, one node kind
-/// (the builders are in expr/softmax.hpp and expr/norm.hpp). Every call keeps the value
+/// (the builders are in api/softmax.hpp and expr/norm.hpp). Every call keeps the value
 /// (api/saved.hpp computes it row by row), and the backward reads that kept value instead of
 /// recomputing the row statistics, as PyTorch's does (sums and means over the axis; s, l, y
 /// the kept values, r = 1 / sqrt(var + eps) the kept per-row factor of the norms):

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// logsumexp, softmax, log_softmax and cross_entropy, written as expressions of gradix's
-/// own nodes, in the numerically stable form:
+/// own nodes (in api/, above ad/: ad::let decides by the cost rule of ad/save.hpp whether the
+/// operand is shared), in the numerically stable form:
 ///
 ///   m = max over the axis (of the detached operand: the function does not depend on it),
 ///   s = sum(exp(x - m)),  logsumexp = log(s) + m,
