@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check of the CUDA backend (docs/cuda.md), in one command on a machine with a GPU:
-# one meson setup, ninja with all cores (only the CUDA targets), the CUDA test suite, the
-# grid-kernel bandwidth benchmark, and the founding benchmark at full size (per term and
-# batched, sum and square loss, atomic and deterministic scatter, each with --check), then
-# one summary table and one JSON line. Its output folder (default build-gpu/gpu_check) keeps
+# one meson setup, ninja with all cores (only the CUDA targets), the CUDA test suite (with
+# an MLP step through cuBLAS against the emulator, tests/cuda/kernels.cu), the grid-kernel
+# bandwidth benchmark, the model steps on the device (bench_cuda_models: an MLP and a text
+# classifier against the host, --check; issue 33), and the founding benchmark at full size
+# (per term and batched, sum and square loss, atomic and deterministic scatter, each with
+# --check), then one summary table and one JSON line. Its output folder (default build-gpu/gpu_check) keeps
 # every log.
 #
 #   bash tools/gpu_check.sh pack      # here, without a GPU: gathers what a bare GPU machine
@@ -68,7 +70,7 @@ if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dcuda=enabled -Demulator=enabled -Dblas=disabled -Dbuildtype=release \
     > "$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
 fi
-targets=(examples/seed_embedding bench/bench_cuda_kernels tests/cuda/cuda_evaluators tests/cuda/cuda_kernels)
+targets=(examples/seed_embedding bench/bench_cuda_kernels bench/bench_cuda_models tests/cuda/cuda_evaluators tests/cuda/cuda_kernels)
 ninja -C "$build" -j "$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 t_build=$(( $(date +%s) - t0 ))
 echo "gpu_check: built in ${t_build} s"
@@ -86,7 +88,10 @@ grep -E "^ *[0-9]+/[0-9]+ " "$out/tests.log" || true
 set +e
 "$build/bench/bench_cuda_kernels" --reps 20 --check > "$out/bench_cuda_kernels.log" 2>&1
 kernels_rc=$?
-# 4. the founding benchmark, full size, every variant with --check
+# 4. model steps on the device against the host (no PyTorch)
+"$build/bench/bench_cuda_models" --reps 20 --check > "$out/bench_cuda_models.log" 2>&1
+models_rc=$?
+# 5. the founding benchmark, full size, every variant with --check
 : > "$out/seed.jsonl"
 seed_rc=0
 for batched in "" --batched; do
@@ -103,9 +108,9 @@ for batched in "" --batched; do
 done
 set -e
 
-python3 - "$out" "$tests_rc" "$kernels_rc" "$seed_rc" "$t_build" "$t_tests" "$t_start" <<'EOF'
+python3 - "$out" "$tests_rc" "$kernels_rc" "$seed_rc" "$t_build" "$t_tests" "$t_start" "$models_rc" <<'EOF'
 import json, sys, time
-out, tests_rc, kernels_rc, seed_rc, t_build, t_tests, t_start = sys.argv[1:]
+out, tests_rc, kernels_rc, seed_rc, t_build, t_tests, t_start, models_rc = sys.argv[1:]
 seed = [json.loads(l) for l in open(out + "/seed.jsonl") if l.strip()]
 kern = None
 for l in open(out + "/bench_cuda_kernels.log"):
@@ -122,6 +127,16 @@ for r in seed:
         1e3 * r["backward_s"], 1e3 * r["step_s"], ratio, r.get("check", "-")))
 summary = {"gpu_check": 1, "tests_rc": int(tests_rc), "bench_kernels_rc": int(kernels_rc), "seed_rc": int(seed_rc),
            "build_s": int(t_build), "tests_s": int(t_tests), "total_s": int(time.time()) - int(t_start), "seed": seed}
+models = None
+for l in open(out + "/bench_cuda_models.log"):
+    if l.startswith('{"bench": "cuda_models"'):
+        models = json.loads(l)
+summary["models_rc"] = int(models_rc)
+if models:
+    print("\n| model step (zero_grad + backward) | host 1 thread ms | device ms |\n| --- | ---: | ---: |")
+    print("| MLP 256 x 784-512-512-10 | %.3f | %.3f |" % (models["mlp_host_ms"], models["mlp_device_ms"]))
+    print("| text classifier 6000 x 64, 32 bags | %.3f | %.3f |" % (models["textclf_host_ms"], models["textclf_device_ms"]))
+    summary["models"] = models
 if kern:
     rows = {r["name"]: r for r in kern["rows"]}
     copy = rows.get("copy (device to device)", {}).get("gbs")
@@ -136,4 +151,4 @@ if kern:
     summary["scatter_of_copy"] = {n: r["gbs"] / copy for n, r in rows.items() if n.startswith("scatter") and copy}
 print("\n" + json.dumps(summary, separators=(",", ":")))
 EOF
-[ $tests_rc -eq 0 ] && [ $kernels_rc -eq 0 ] && [ $seed_rc -eq 0 ]
+[ $tests_rc -eq 0 ] && [ $kernels_rc -eq 0 ] && [ $models_rc -eq 0 ] && [ $seed_rc -eq 0 ]
