@@ -3,7 +3,9 @@
 // classifier (embedding_bag mean of 10-50 word ids, V 6000 x D 64 table with sparse gradient,
 // batch 32, 4 classes), through gradix::cuda::launcher (products by cuBLAS), against the same
 // step on the host, whose gradients it checks (--check). Medians of --reps timed steps after
-// a warm-up, each step zero_grad + backward (the optimizers step host parameters only).
+// a warm-up, each step zero_grad + backward + an optimizer step (Adam for the MLP, lazy Adam
+// for the text classifier: training/device_steps.hpp on the device).
+// The gradient check compares the last step's gradients (same start, same steps).
 // Prints a table and one JSON line; exits 77 without a CUDA device. Never run yet.
 //
 // Usage: bench_cuda_models [--reps R] [--check]
@@ -12,6 +14,7 @@
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/param.hpp>
 #include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
 
 #include <cuda_runtime.h>
 
@@ -86,18 +89,23 @@ int main(int argc, char** argv) {
   auto p1 = gx::param(hw1);
   auto p2 = gx::param(hw2);
   auto p3 = gx::param(hw3);
+  gx::optim::adam host_sgd({.lr = 1e-3}, p1, p2, p3);
   double const host_mlp = time_steps([&] {
-    gx::zero_grad(p1, p2, p3);
+    host_sgd.zero_grad();
     gx::backward(mlp(hx, hy, p1, p2, p3));
+    host_sgd.step();
   }, reps);
   auto dx = gx::grid::device_tensor<float, S2, L>::from_host(l, hx);
   auto dy = gx::grid::device_tensor<std::int32_t, S1, L>::from_host(l, hy);
   auto q1 = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hw1));
   auto q2 = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hw2));
   auto q3 = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hw3));
+  gx::optim::adam dev_sgd({.lr = 1e-3}, q1, q2, q3);
   double const dev_mlp = time_steps([&] {
-    gx::grid::zero_grad(q1, q2, q3);
+    dev_sgd.zero_grad();
     gx::grid::backward(l, mlp(dx.view(), dy.view(), q1, q2, q3));
+    dev_sgd.step();
+    l.synchronize();
   }, reps);
   if (check) {
     double const e = std::max({max_rel(q1.grad().download(), p1.grad().to_dense()),
@@ -130,18 +138,23 @@ int main(int argc, char** argv) {
   };
   auto pe = gx::param(he, gx::sparse_grad<0>);
   auto pc = gx::param(hwc);
+  gx::optim::lazy_adam host_ada({.lr = 1e-2}, pe, pc);
   double const host_clf = time_steps([&] {
-    gx::zero_grad(pe, pc);
+    host_ada.zero_grad();
     gx::backward(clf(pe, hw, ho, pc, hl));
+    host_ada.step();
   }, reps);
   auto dw = gx::grid::device_tensor<std::int32_t, S1, L>::from_host(l, hw);
   auto dof = gx::grid::device_tensor<std::int32_t, S1, L>::from_host(l, ho);
   auto dl = gx::grid::device_tensor<std::int32_t, S1, L>::from_host(l, hl);
   auto qe = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, he), gx::sparse_grad<0>);
   auto qc = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hwc));
+  gx::optim::lazy_adam dev_ada({.lr = 1e-2}, qe, qc);
   double const dev_clf = time_steps([&] {
-    gx::grid::zero_grad(qe, qc);
+    dev_ada.zero_grad();
     gx::grid::backward(l, clf(qe, dw.view(), dof.view(), qc, dl.view()));
+    dev_ada.step();
+    l.synchronize();
   }, reps);
   if (check) {
     double const e = std::max(max_rel(qe.grad().download(), pe.grad().to_dense()), max_rel(qc.grad().download(), pc.grad().to_dense()));
@@ -151,7 +164,7 @@ int main(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   (void)cudaGetDeviceProperties(&prop, 0);
-  std::printf("device: %s\n\n| step (zero_grad + backward) | host 1 thread ms | device ms |\n| --- | ---: | ---: |\n", prop.name);
+  std::printf("device: %s\n\n| training step (zero_grad, backward, optimizer step) | host 1 thread ms | device ms |\n| --- | ---: | ---: |\n", prop.name);
   std::printf("| MLP 256 x 784-512-512-10 | %.3f | %.3f |\n", host_mlp * 1e3, dev_mlp * 1e3);
   std::printf("| text classifier 6000 x 64, 32 bags | %.3f | %.3f |\n", host_clf * 1e3, dev_clf * 1e3);
   std::printf("{\"bench\": \"cuda_models\", \"reps\": %d, \"mlp_host_ms\": %.4f, \"mlp_device_ms\": %.4f, "

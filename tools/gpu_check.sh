@@ -133,7 +133,7 @@ for l in open(out + "/bench_cuda_models.log"):
         models = json.loads(l)
 summary["models_rc"] = int(models_rc)
 if models:
-    print("\n| model step (zero_grad + backward) | host 1 thread ms | device ms |\n| --- | ---: | ---: |")
+    print("\n| training step (zero_grad, backward, optimizer step) | host 1 thread ms | device ms |\n| --- | ---: | ---: |")
     print("| MLP 256 x 784-512-512-10 | %.3f | %.3f |" % (models["mlp_host_ms"], models["mlp_device_ms"]))
     print("| text classifier 6000 x 64, 32 bags | %.3f | %.3f |" % (models["textclf_host_ms"], models["textclf_device_ms"]))
     summary["models"] = models

@@ -13,6 +13,7 @@
 #include <gradix/backend/grid/scatter.hpp>
 #include <gradix/backend/grid/sparse.hpp>
 #include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
 
 #include <cuda_runtime.h>
 
@@ -141,6 +142,10 @@ std::vector<float> mlp_grads(L& l, float* loss) {
     auto const g2 = w2.grad().download();
     out.assign(g1.data(), g1.data() + g1.size());
     out.insert(out.end(), g2.data(), g2.data() + g2.size());
+    // device optimizer steps (training/device_steps.hpp): compiled by nvcc here; their
+    // results are checked against the host's in the emulator suite (tests/cuda/optim_test.cpp)
+    gx::optim::sgd({.lr = 0.01, .momentum = 0.9}, w1).step();
+    gx::optim::adagrad({.lr = 0.01}, w2).step();
   }
   return out;
 }

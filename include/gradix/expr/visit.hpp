@@ -89,16 +89,24 @@ constexpr void for_each_node(N& n, F&& f) {
   f(n);
   for_each_operand(n, [&](auto& c) { for_each_node(c, f); });
 }
-/// Whether Pred<M>::value holds for N or a node below it (types only).
+/// Whether Pred<M>::value holds for N or a node below it (types only). Memoized per type in
+/// a variable template: each node's answer is a constant of its own, so deep expressions
+/// (an unrolled recurrence) do not nest constant evaluations as deep as the expression.
+template <class N, template <class> class Pred>
+struct any_node_s;
+template <class N, template <class> class Pred>
+inline constexpr bool any_node_v = any_node_s<N, Pred>::value;
+template <class N, template <class> class Pred>
+struct any_node_s {
+  template <class... C>
+  static constexpr bool any_of(tuple<C...> const*) {
+    return (any_node_v<C, Pred> || ... || false);
+  }
+  static constexpr bool value = Pred<N>::value || any_of(static_cast<operand_types_t<N> const*>(nullptr));
+};
 template <class N, template <class> class Pred>
 constexpr bool any_node() {
-  if constexpr (Pred<N>::value) {
-    return true;
-  } else {
-    return []<class... C>(tuple<C...> const*) {
-      return (any_node<C, Pred>() || ... || false);
-    }(static_cast<operand_types_t<N> const*>(nullptr));
-  }
+  return any_node_v<std::remove_cvref_t<N>, Pred>;
 }
 
 /// Whether an operand of a binary node is read at the result's own coordinate (same rank,

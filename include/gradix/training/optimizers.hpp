@@ -32,6 +32,7 @@
 #include "gradix/core/error.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
+#include "gradix/training/device_steps.hpp"
 #include "gradix/training/slices.hpp"
 
 #if defined(GRADIX_HAS_VECTOR_EXT) && (defined(__SSE2__) || defined(__AVX__))
@@ -55,8 +56,49 @@ namespace gradix {
 namespace optim {
 
 namespace detail {
+/// A parameter's state tensor (its shape and layout): a host tensor, or a device tensor on
+/// the parameter's launcher for a device parameter (training/device_steps.hpp).
+template <class P, bool Device = device::is_device_param_v<P>>
+struct value_tensor {
+  using type = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
+};
 template <class P>
-using value_tensor_t = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
+struct value_tensor<P, true> {
+  using type = grid::device_tensor<typename P::value_type, typename P::shape_type, typename P::launcher_type,
+                                   typename P::layout_type>;
+};
+template <class P>
+using value_tensor_t = typename value_tensor<P>::type;
+/// Per-slice state (SGD's first-step flags, lazy Adam's last steps): a std::vector, or a
+/// device array for a device parameter.
+template <class P, class E, bool Device = device::is_device_param_v<P>>
+struct slice_state {
+  using type = std::vector<E>;
+};
+template <class P, class E>
+struct slice_state<P, E, true> {
+  using type = grid::device_tensor<E, shape<dyn>, typename P::launcher_type>;
+};
+template <class P, class E>
+using slice_state_t = typename slice_state<P, E>::type;
+/// A zeroed state tensor of parameter q (each element v).
+template <class Q>
+value_tensor_t<Q> state_of(Q& q, typename Q::value_type v = typename Q::value_type(0)) {
+  if constexpr (device::is_device_param_v<Q>) {
+    return device::state_like(q, v);
+  } else {
+    value_tensor_t<Q> t(q.value().shape());
+    if (v != typename Q::value_type(0))
+      for (index_t k = 0; k < t.size(); ++k) t.data()[k] = v;
+    return t;
+  }
+}
+/// Per-slice state of q, each slice's value v.
+template <class E, class Q>
+slice_state_t<Q, E> slices_of(Q& q, E v) {
+  if constexpr (device::is_device_param_v<Q>) return device::filled<E>(q.launcher(), device::slice_total(q), v);
+  else return std::vector<E>(std::size_t(gradix::detail::slice_count(q)), v);
+}
 
 /// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the
 /// names of an optimizer's state in a checkpoint: "m.0", "m.1", ...).
@@ -190,26 +232,38 @@ class sgd {
   template <class Q>
   std::optional<detail::value_tensor_t<Q>> make_buf(Q& q) {
     if (o_.momentum == 0) return std::nullopt;
-    return std::optional<detail::value_tensor_t<Q>>(std::in_place, q.value().shape());
+    return std::optional<detail::value_tensor_t<Q>>(detail::state_of(q));
   }
   // the momentum buffer and first-step flags, made when momentum is on and they are not yet
   template <class Q>
-  static void ensure_buf(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
+  static void ensure_buf(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, detail::slice_state_t<Q, unsigned char>& first) {
     if (buf) return;
-    buf.emplace(p.value().shape());
-    first.assign(std::size_t(gradix::detail::slice_count(p)), 1);
+    buf.emplace(detail::state_of(p));
+    first = detail::slices_of<unsigned char>(p, 1);
   }
   template <class Q>
-  std::vector<unsigned char> make_first(Q& q) {
-    return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
+  detail::slice_state_t<Q, unsigned char> make_first(Q& q) {
+    if constexpr (device::is_device_param_v<Q>) {
+      // (a device array needs at least the launcher: an empty one until momentum is on)
+      return o_.momentum != 0 ? detail::slices_of<unsigned char>(q, 1) : device::filled<unsigned char>(q.launcher(), 0, 1);
+    } else {
+      return std::vector<unsigned char>(o_.momentum != 0 ? std::size_t(gradix::detail::slice_count(q)) : 0, 1);
+    }
   }
   template <class Q>
-  void one(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, std::vector<unsigned char>& first) {
+  void one(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, detail::slice_state_t<Q, unsigned char>& first) {
     using T = typename Q::value_type;
     T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
     T* const w = p.value().data();
     if (mu != 0) ensure_buf(p, buf, first);  // momentum set through options() after construction
     T* const b = buf ? buf->data() : nullptr;
+    if constexpr (device::is_device_param_v<Q>) {
+      // the touched slices of a sparse storage, every element of a dense one (file comment of
+      // training/device_steps.hpp); then the visited slices are no longer fresh
+      device::visit<1>(p, device::sgd_update<T>{w, b, mu != 0 ? first.data() : nullptr, lr, wd, mu, damp, o_.nesterov});
+      if (mu != 0) device::per_slice(p, device::clear_flag{first.data()});
+      return;
+    } else {
     if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
       for_each_grad_slice(p, [&](index_t id) {
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
@@ -243,11 +297,12 @@ class sgd {
       });
     };
     detail::visit_slices(p, o_.momentum != 0 || o_.weight_decay != 0, slice);
+    }
   }
   sgd_options o_;
   std::tuple<P*...> p_;
   std::tuple<std::optional<detail::value_tensor_t<P>>...> buf_;
-  std::tuple<decltype(sizeof(P), std::vector<unsigned char>{})...> first_;
+  std::tuple<detail::slice_state_t<P, unsigned char>...> first_;
 };
 template <class... P>
 sgd(sgd_options, P&...) -> sgd<P...>;
@@ -289,10 +344,7 @@ class adagrad {
  private:
   template <class Q>
   detail::value_tensor_t<Q> make_sum(Q& q) {
-    detail::value_tensor_t<Q> s(q.value().shape());
-    if (o_.initial_accumulator != 0)
-      for (index_t k = 0; k < s.size(); ++k) s.data()[k] = typename Q::value_type(o_.initial_accumulator);
-    return s;
+    return detail::state_of(q, typename Q::value_type(o_.initial_accumulator));
   }
   template <class Q>
   void one(Q& p, detail::value_tensor_t<Q>& sum) {
@@ -300,12 +352,16 @@ class adagrad {
     T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
     T* const w = p.value().data();
     T* const s = sum.data();
-    detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
-      T g = gp ? *gp : T(0);
-      if (wd != 0) g += wd * w[off];
-      s[off] += g * g;
-      w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
-    });
+    if constexpr (device::is_device_param_v<Q>) {
+      device::visit<1>(p, device::adagrad_update<T>{w, s, lr, wd, eps});
+    } else {
+      detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
+        T g = gp ? *gp : T(0);
+        if (wd != 0) g += wd * w[off];
+        s[off] += g * g;
+        w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
+      });
+    }
   }
   adagrad_options o_;
   std::tuple<P*...> p_;
@@ -359,7 +415,7 @@ class adam_base {
  protected:
   template <class Q>
   static value_tensor_t<Q> zeros(Q& q) {
-    return value_tensor_t<Q>(q.value().shape());
+    return state_of(q);
   }
   /// The update of one element at step t_ (m, v already decayed for skipped steps).
   template <class T>
@@ -372,6 +428,11 @@ class adam_base {
     double const c2 = 1 - std::pow(o_.beta2, double(t_));
     return {T(o_.lr), T(o_.beta1), T(o_.beta2), T(1 / c1), T(1 / std::sqrt(c2)), T(o_.eps),
             T(o_.decoupled ? 0 : o_.weight_decay), T(o_.decoupled ? 1 - o_.lr * o_.weight_decay : 1)};
+  }
+  /// The element update of a device step (training/device_steps.hpp), last: lazy Adam's.
+  template <class T>
+  device::adam_update<T> device_update(coefs<T> const& k, T* w, T* m, T* v, std::int64_t const* last) const {
+    return {w, m, v, last, t_, o_.beta1, o_.beta2, k.lr, k.b1, k.b2, k.c1, k.c2, k.eps, k.wd, k.decay};
   }
   /// update() over n consecutive elements (SIMD packs of the same operations, in the same
   /// order: the same bits).
@@ -436,15 +497,19 @@ class adam : public detail::adam_base<P...> {
     T* const w = p.value().data();
     T* const m = mt.data();
     T* const v = vt.data();
-    index_t const n = gradix::detail::slice_count(p);
-    for (index_t id = 0; id < n; ++id)
-      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
-        if (g) {
-          base::update_run(k, w + off, m + off, v + off, g, len);
-        } else {  // a slice without a gradient (sparse storage): g = 0
-          for (index_t e = 0; e < len; ++e) base::update(k, w[off + e], m[off + e], v[off + e], T(0));
-        }
-      });
+    if constexpr (device::is_device_param_v<Q>) {  // every element (the dense algorithm)
+      device::visit<2>(p, this->device_update(k, w, m, v, nullptr));
+    } else {
+      index_t const n = gradix::detail::slice_count(p);
+      for (index_t id = 0; id < n; ++id)
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+          if (g) {
+            base::update_run(k, w + off, m + off, v + off, g, len);
+          } else {  // a slice without a gradient (sparse storage): g = 0
+            for (index_t e = 0; e < len; ++e) base::update(k, w[off + e], m[off + e], v[off + e], T(0));
+          }
+        });
+    }
   }
 };
 template <class... P>
@@ -473,7 +538,7 @@ class lazy_adam : public detail::adam_base<P...> {
 
  public:
   explicit lazy_adam(adam_options o, P&... p)
-      : base(o, "gradix::optim::lazy_adam", p...), last_(std::vector<std::int64_t>(std::size_t(gradix::detail::slice_count(p)), 0)...) {}
+      : base(o, "gradix::optim::lazy_adam", p...), last_(detail::slices_of<std::int64_t>(p, 0)...) {}
   void step() {
     ++this->t_;
     [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -489,31 +554,37 @@ class lazy_adam : public detail::adam_base<P...> {
 
  private:
   template <class Q>
-  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt, std::vector<std::int64_t>& last) {
+  void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt, detail::slice_state_t<Q, std::int64_t>& last) {
     using T = typename Q::value_type;
     auto const k = this->template coefs_now<T>();
     T* const w = p.value().data();
     T* const m = mt.data();
     T* const v = vt.data();
-    for_each_grad_slice(p, [&](index_t id) {
-      std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
-      last[std::size_t(id)] = this->t_;
-      T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
-      T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
-      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
-        T* const wr = w + off;
-        T* const mr = m + off;
-        T* const vr = v + off;
-        if (skipped > 0)
-          for (index_t e = 0; e < n; ++e) {
-            mr[e] *= d1;
-            vr[e] *= d2;
-          }
-        base::update_run(k, wr, mr, vr, g, n);
+    if constexpr (device::is_device_param_v<Q>) {
+      // the stored slices of a sparse storage (every slice of a dense one), then their last step
+      device::visit<1>(p, this->device_update(k, w, m, v, last.data()));
+      device::per_slice(p, device::set_last{last.data(), this->t_});
+    } else {
+      for_each_grad_slice(p, [&](index_t id) {
+        std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
+        last[std::size_t(id)] = this->t_;
+        T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
+        T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+          T* const wr = w + off;
+          T* const mr = m + off;
+          T* const vr = v + off;
+          if (skipped > 0)
+            for (index_t e = 0; e < n; ++e) {
+              mr[e] *= d1;
+              vr[e] *= d2;
+            }
+          base::update_run(k, wr, mr, vr, g, n);
+        });
       });
-    });
+    }
   }
-  std::tuple<decltype(sizeof(P), std::vector<std::int64_t>{})...> last_;
+  std::tuple<detail::slice_state_t<P, std::int64_t>...> last_;
 };
 template <class... P>
 lazy_adam(adam_options, P&...) -> lazy_adam<P...>;
