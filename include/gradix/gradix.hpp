@@ -26,6 +26,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/take.hpp"
+#include "gradix/api/take.hpp"
 #include "gradix/expr/pattern.hpp"
 #include "gradix/expr/concat.hpp"
 #include "gradix/api/softmax.hpp"

@@ -30,6 +30,7 @@
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
 #include "gradix/expr/row.hpp"
+#include "gradix/api/take.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 

@@ -6,7 +6,7 @@
 /// (grid::validate_indices: the first bad position through an atomic min, one host read).
 /// The error is the host's (expr/index.hpp): `gradix::gather: index 7 (position 2) is out of
 /// range for axis 1 of extent 5`. The positions of a take_along (cross_entropy's targets)
-/// in device memory are checked the same way (validate_positions), with expr/take.hpp's
+/// in device memory are checked the same way (validate_positions), with api/take.hpp's
 /// message. It comes before anything is written: grid::backward
 /// validates first, so parameters and gradients stay as they were.
 
@@ -96,7 +96,7 @@ struct position_at_kernel {
 }  // namespace detail
 
 /// Checks the positions of take_along node n (in device memory) against the extent of its
-/// axis, as the host checks host positions when the node is built (expr/take.hpp): throws
+/// axis, as the host checks host positions when the node is built (api/take.hpp): throws
 /// gradix::error with the host's message for the first bad position. Waits for the device.
 template <class L, class N>
 void validate_positions(L& l, N const& n, launch_options o = {}) {
