@@ -14,6 +14,30 @@
 
 namespace gradix::ev {
 
+/// The walk over a row node's rows (the host's and the grid's kept rows and row adjoints):
+/// row r of a rank-R domain with extents ext along axis Ax: its coordinates other than Ax
+/// (row-major over those axes), and the offset of its first element in a row-major buffer.
+template <std::size_t R, std::size_t Ax>
+GRADIX_HOST_DEVICE constexpr coord<R> row_origin(array<index_t, R> const& ext, index_t r, index_t& base) {
+  coord<R> o{};
+  for (std::size_t j = R; j-- > 0;) {
+    if (j == Ax) continue;
+    o[j] = r % ext[j];
+    r /= ext[j];
+  }
+  base = 0;
+  for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
+  return o;
+}
+/// The stride of axis Ax in a row-major buffer of extents ext.
+template <std::size_t R, std::size_t Ax>
+GRADIX_HOST_DEVICE constexpr index_t axis_stride(array<index_t, R> const& ext) {
+  index_t s = 1;
+  for (std::size_t j = Ax + 1; j < R; ++j) s *= ext[j];
+  return s;
+}
+
+
 template <class A, std::size_t Axis, row_kind K>
 struct evaluator<row_node<A, Axis, K>> {
   using node_type = row_node<A, Axis, K>;

@@ -27,29 +27,6 @@
 
 namespace gradix::grid {
 
-namespace detail {
-/// Row r of a rank-R domain with extents ext along axis Ax: its coordinates other than Ax
-/// (row-major over those axes), and the offset of its first element in a row-major buffer.
-template <std::size_t R, std::size_t Ax>
-GRADIX_HOST_DEVICE constexpr coord<R> row_origin(array<index_t, R> const& ext, index_t r, index_t& base) {
-  coord<R> o{};
-  for (std::size_t j = R; j-- > 0;) {
-    if (j == Ax) continue;
-    o[j] = r % ext[j];
-    r /= ext[j];
-  }
-  base = 0;
-  for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
-  return o;
-}
-/// The stride of axis Ax in a row-major buffer of extents ext.
-template <std::size_t R, std::size_t Ax>
-GRADIX_HOST_DEVICE constexpr index_t axis_stride(array<index_t, R> const& ext) {
-  index_t s = 1;
-  for (std::size_t j = Ax + 1; j < R; ++j) s *= ext[j];
-  return s;
-}
-}  // namespace detail
 
 /// The rows of row node n_ into row-major c_ (and, for the norms, 1 / sqrt(var + eps) per row
 /// into rstd_): expr/row.hpp's formulas, one thread per row.
@@ -66,12 +43,12 @@ struct rows_kernel {
     constexpr std::size_t R = S::rank, Ax = N::axis;
     ev::evaluator<std::remove_cvref_t<decltype(n_.arg_)>> const ev(n_.arg_);
     auto const ext = n_.shape().extents();
-    index_t const len = ext[Ax], stride = detail::axis_stride<R, Ax>(ext);
+    index_t const len = ext[Ax], stride = ev::axis_stride<R, Ax>(ext);
     index_t const count = len > 0 ? n_.shape().size() / len : 0;
     T const eps = n_.eps_;
     for (index_t r = grid_first(c); r < count; r += grid_step(c)) {
       index_t base = 0;
-      coord<R> co = detail::row_origin<R, Ax>(ext, r, base);
+      coord<R> co = ev::row_origin<R, Ax>(ext, r, base);
       T* const out = c_ + base;
       auto x = [&](index_t i) {
         co[Ax] = i;
@@ -204,11 +181,11 @@ struct row_adjoint_kernel {
     ev::evaluator<G> const ge(g_);
     ev::evaluator<SV> const se(s_);
     auto const ext = shape_.extents();
-    index_t const len = ext[Ax], stride = detail::axis_stride<R, Ax>(ext);
+    index_t const len = ext[Ax], stride = ev::axis_stride<R, Ax>(ext);
     index_t const count = len > 0 ? shape_.size() / len : 0;
     for (index_t r = grid_first(c); r < count; r += grid_step(c)) {
       index_t base = 0;
-      coord<R> co = detail::row_origin<R, Ax>(ext, r, base);
+      coord<R> co = ev::row_origin<R, Ax>(ext, r, base);
       T* const out = gin_ + base;
       T sg = 0, sgs = 0;
       for (index_t i = 0; i < len; ++i) {

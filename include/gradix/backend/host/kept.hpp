@@ -96,21 +96,13 @@ constexpr void row_values(N const& n, T* c, T* rstd) {
   ev::evaluator<std::remove_cvref_t<decltype(n.arg_)>> const ev(n.arg_);
   auto const ext = n.shape().extents();
   index_t const len = ext[Ax];
-  index_t stride = 1;  // of the axis in c
-  for (std::size_t j = Ax + 1; j < R; ++j) stride *= ext[j];
+  index_t const stride = ev::axis_stride<R, Ax>(ext);  // of the axis in c
   index_t const count = len > 0 ? n.shape().size() / len : 0;
   T const eps = n.eps_;
   auto rows = [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
-      coord<R> o{};  // row r: the coordinates other than Ax, row-major
-      index_t q = r;
-      for (std::size_t j = R; j-- > 0;) {
-        if (j == Ax) continue;
-        o[j] = q % ext[j];
-        q /= ext[j];
-      }
       index_t base = 0;
-      for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
+      coord<R> const o = ev::row_origin<R, Ax>(ext, r, base);  // row r: the coordinates other than Ax
       T* const out = c + base;
       auto const in = ev.template outer<int(Ax)>(o);
 #if defined(GRADIX_HAS_VECTOR_EXT)

@@ -9,6 +9,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/evaluator.hpp"
+#include "gradix/eval/row.hpp"
 #include "gradix/eval/saved.hpp"
 #include "gradix/expr/row.hpp"
 #include "gradix/op/math.hpp"
@@ -34,20 +35,12 @@ constexpr void row_adjoint(ad::row_use<G, PX, SN> const& u) {
   ev::evaluator<typename SN::buffer_type> const se(sn.buf_);
   auto const ext = sn.shape().extents();
   index_t const len = ext[Ax];
-  index_t stride = 1;
-  for (std::size_t j = Ax + 1; j < R; ++j) stride *= ext[j];
+  index_t const stride = ev::axis_stride<R, Ax>(ext);
   index_t const count = len > 0 ? sn.shape().size() / len : 0;
   auto rows = [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
-      coord<R> o{};
-      index_t q = r;
-      for (std::size_t j = R; j-- > 0;) {
-        if (j == Ax) continue;
-        o[j] = q % ext[j];
-        q /= ext[j];
-      }
       index_t base = 0;
-      for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
+      coord<R> const o = ev::row_origin<R, Ax>(ext, r, base);
       T* const out = gin + base;
       auto const gi = ge.template outer<int(Ax)>(o);
       auto const si = se.template outer<int(Ax)>(o);
