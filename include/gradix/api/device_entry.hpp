@@ -52,13 +52,7 @@ auto value(L& l, E const& e_in, launch_options o = {}) {
   using N = decltype(e);
   static_assert(shape_of_t<N>::rank == 0,
                 "gradix::grid::value: the expression is not rank 0; reduce it (sum, mean, max) or use eval");
-  using T = value_type_t<N>;
-  detail::scratch<L> out(l, sizeof(T));
-  tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
-  assign(l, ov, e, o);
-  T v{};
-  l.copy_to_host(&v, out.p_, sizeof v);
-  return v;
+  return detail::read_scalar(l, e, o);
 }
 
 }  // namespace gradix::grid

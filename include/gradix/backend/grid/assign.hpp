@@ -90,4 +90,19 @@ void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, la
   detail::assign_direct(l, dst, e, o);
 }
 
+namespace detail {
+/// The value of the rank-0 device expression e: assigned into a device scalar of the call,
+/// read back (waits for the device). grid::value and grid::executor's value use it.
+template <class L, class E>
+value_type_t<E> read_scalar(L& l, E const& e, launch_options o) {
+  using T = value_type_t<E>;
+  scratch<L> out(l, sizeof(T));
+  tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
+  assign(l, ov, e, o);
+  T v{};
+  l.copy_to_host(&v, out.p_, sizeof v);
+  return v;
+}
+}  // namespace detail
+
 }  // namespace gradix::grid

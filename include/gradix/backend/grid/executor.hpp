@@ -139,13 +139,7 @@ class executor {
   }
   template <class E>
   value_type_t<E> value(E const& e) {
-    using T = value_type_t<E>;
-    detail::scratch<L> out(*l_, sizeof(T));
-    tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
-    detail::assign_direct(*l_, ov, e, o_.launch);
-    T v{};
-    l_->copy_to_host(&v, out.p_, sizeof v);
-    return v;
+    return detail::read_scalar(*l_, e, o_.launch);
   }
   // no plan element carries the loss value on the device
   template <class Root, class U>
