@@ -38,6 +38,24 @@ TEST_CASE("operand protocol: the operands of each node kind, in order") {
   using Take = decltype(gx::take_along<1>(a, pos));
   static_assert(std::is_same_v<gx::detail::operand_types_t<Take>,
                                gx::tuple<A, decltype(gx::detail::as_node(pos))>>);  // operand, positions
+  // the value operands: positions left out (never differentiated, never kept)
+  static_assert(std::is_same_v<gx::detail::value_operand_types_t<Take>, gx::tuple<A>>);
+  static_assert(gx::detail::operand_count_v<Take> == 2 && gx::detail::value_operand_count_v<Take> == 1);
+  static_assert(std::is_same_v<gx::detail::value_operand_t<0, Sum>, A> &&
+                std::is_same_v<gx::detail::value_operand_t<1, Sum>, B>);
+  static_assert(gx::detail::value_operand_count_v<A> == 0);
+  // a let: its operand, then its body
+  auto shared = gx::let(gx::exp(a), [](auto z) { return z * z; });
+  using Let = decltype(gx::detail::as_node(shared));
+  static_assert(gx::detail::value_operand_count_v<Let> == 2);
+  static_assert(std::is_same_v<gx::detail::value_operand_t<0, Let>, Exp>);
+  // walks over the value operands: what reaches a parameter, what a call keeps
+  static_assert(gx::ad::reaches_param_v<decltype(gx::take_along<1>(gx::matmul(a, w), pos))>);
+  static_assert(!gx::ad::reaches_param_v<decltype(gx::take_along<1>(a, pos))>);
+  static_assert(gx::ad::buffer_count_v<Mm> == 1);  // the product
+  static_assert(gx::ad::buffer_count_v<decltype(gx::matmul(a, w) + gx::matmul(b, w))> == 2);
+  // sums under a node are kept too (a root sum is not): two products, two sums
+  static_assert(gx::ad::buffer_count_v<decltype(gx::sum(gx::matmul(a, w)) + gx::sum(gx::matmul(b, w)))> == 4);
 
   // type-level walks
   static_assert(gx::detail::any_node<decltype(gx::sum(gx::exp(a) * b)), is_exp>());

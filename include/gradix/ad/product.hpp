@@ -166,11 +166,10 @@ constexpr bool reaches_param() {
     return reaches_param<typename N::node_type>();
   } else if constexpr (is_node_ref<N>::value) {
     return reaches_param<typename N::node_type>();
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
-           reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {
+    return reaches_param<gradix::detail::value_operand_t<0, N>>() || reaches_param<gradix::detail::value_operand_t<1, N>>();
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {
+    return reaches_param<gradix::detail::value_operand_t<0, N>>();
   } else {
     return false;
   }

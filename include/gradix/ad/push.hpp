@@ -128,7 +128,7 @@ constexpr auto push(broadcast_node<A, S> const& n, D const& dom, V const& v, M c
 template <class A, class S, class D, class V, class M>
 constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M const& m);
 template <class A, class D, class V, class M>
-constexpr auto push(save_node<A> const& n, D const& dom, V const& v, M const& m);
+constexpr auto push(save_mark_node<A> const& n, D const& dom, V const& v, M const& m);
 template <class N, class L, class D, class V, class M>
 constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const& m);
 template <class A, class B, class D, class V, class M>
@@ -342,7 +342,7 @@ constexpr auto push(reshape_node<A, S> const& n, D const& dom, V const& v, M con
 // Saved values (expr/saved.hpp): an elementwise region above ends here (its values read
 // the buffer); the adjoint goes on to the operand unchanged.
 template <class A, class D, class V, class M>
-constexpr auto push(save_node<A> const& n, D const& dom, V const& v, M const& m) {
+constexpr auto push(save_mark_node<A> const& n, D const& dom, V const& v, M const& m) {
   if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
   else return push(n.arg_, dom, v, m);
 }
@@ -372,7 +372,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
       using PX = decltype(row_operand_plan(n));
       return make_tuple(row_use<V, PX, SN>{v, &n});
     } else {
-      using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;
+      using GO = adjoint_buffer<value_type_t<N>, shape_of_t<N>>;
       using P0 = use<D, V, M, GO>;
       using PE = decltype(staged_plan(n));
       return make_tuple(staged_use<P0, PE, SN>{P0{dom, v, m, nullptr}, &n});
@@ -391,7 +391,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     } else if constexpr (direct) {
       return push(n.node(), dom, v, m);
     } else {
-      using GO = workspace_grad<value_type_t<N>, shape_of_t<N>>;
+      using GO = adjoint_buffer<value_type_t<N>, shape_of_t<N>>;
       using P0 = use<D, V, M, GO>;
       using PE = decltype(staged_plan(n));
       return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
@@ -405,7 +405,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
     // adjoint goes on unchanged, as before.
     using T = value_type_t<N>;
     using S = shape_of_t<N>;
-    using GO = workspace_grad<T, S>;
+    using GO = adjoint_buffer<T, S>;
     using P0 = use<D, V, M, GO>;
     if constexpr (kernel_traits<P0>::projected_mask == 0 || !reaches_param_v<N>) {
       return push(n.node(), dom, v, m);
@@ -416,7 +416,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
   } else if constexpr (is_matmul_node<N>::value) {
     // a kept product: the adjoint stops here, in a buffer (ad/product.hpp)
     using T = value_type_t<N>;
-    using GC = workspace_grad<T, shape_of_t<N>>;
+    using GC = adjoint_buffer<T, shape_of_t<N>>;
     using SN = saved_node<N, L>;
     using P0 = use<D, V, M, GC>;
     using PA = decltype(product_plan_a(n));
@@ -437,7 +437,7 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
       if constexpr (is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>) {
         return detail::segment_scatter(n, v);
       } else {
-        using GO = workspace_grad<T, S>;
+        using GO = adjoint_buffer<T, S>;
         using P0 = use<D, V, M, GO>;
         using PE = decltype(staged_plan(n));
         return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});

@@ -19,6 +19,7 @@
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <cstdint>
 #include <tuple>
@@ -256,11 +257,10 @@ constexpr bool heavy() {
     return !is_node_ref<typename N::node_type>::value;
   } else if constexpr (is_bound_let_node<N>::value) {
     return true;
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    return heavy<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() ||
-           heavy<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return heavy<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {
+    return heavy<gradix::detail::value_operand_t<0, N>>() || heavy<gradix::detail::value_operand_t<1, N>>();
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {
+    return heavy<gradix::detail::value_operand_t<0, N>>();
   } else {
     return false;
   }

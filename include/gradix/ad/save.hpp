@@ -31,6 +31,7 @@
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -38,9 +39,9 @@
 namespace gradix::ad {
 
 template <class N>
-struct is_save_node : std::false_type {};
+struct is_save_mark_node : std::false_type {};
 template <class A>
-struct is_save_node<save_node<A>> : std::true_type {};
+struct is_save_mark_node<save_mark_node<A>> : std::true_type {};
 
 template <class N>
 struct is_max_reduction : std::false_type {};
@@ -57,14 +58,14 @@ struct needs_argmax<reduce_node<op::max_of, detach_node<A>, Mask, Keep>> : std::
 /// root counts as under a reduction: it is the result)?
 template <class N, bool Under>
 inline constexpr bool keeps_value_v =
-    is_save_node<N>::value || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
+    is_save_mark_node<N>::value || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
     is_concat_node<N>::value || is_kept_reshape<N>::value || is_row_node<N>::value || (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
 
 /// Do N's operands sit under a reduction or a save mark? (A product's operands are read once
 /// per element, into the product or into a buffer first: as under a reduction.)
 template <class N>
 inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_argmax_node<N>::value ||
-                                         is_save_node<N>::value || is_matmul_node<N>::value ||
+                                         is_save_mark_node<N>::value || is_matmul_node<N>::value ||
                                          is_segment_sum_node<N>::value || is_concat_node<N>::value ||
                                          is_kept_reshape<N>::value || is_row_node<N>::value;
 
@@ -86,11 +87,10 @@ constexpr std::size_t buffer_count_of() {
     return (keeps_value_v<Z, true> ? 0 : 1) + buffer_count<Z, true>::value + buffer_count<B, Under>::value;
   } else if constexpr (is_bound_let_node<N>::value) {
     return buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, Under>::value;
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    return n + buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, U>::value +
-           buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, U>::value;
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return n + buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, U>::value;
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {
+    return n + buffer_count<gradix::detail::value_operand_t<0, N>, U>::value + buffer_count<gradix::detail::value_operand_t<1, N>, U>::value;
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {
+    return n + buffer_count<gradix::detail::value_operand_t<0, N>, U>::value;
   } else {
     return n;
   }

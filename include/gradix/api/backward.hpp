@@ -15,6 +15,7 @@
 
 #include "gradix/ad/plan.hpp"
 #include "gradix/exec/checks.hpp"
+#include "gradix/exec/grad.hpp"
 #include "gradix/api/device.hpp"
 #include "gradix/api/eval.hpp"
 #include "gradix/api/param.hpp"
@@ -126,14 +127,7 @@ constexpr auto grad(E const& e_in, P const&... params) {
     if constexpr (detail::check_device_entry<decltype(e)>()) return detail::device_entry<decltype(e)>::grad(e, params...);
     else return 0;
   } else {
-  {
-    void const* addr[] = {static_cast<void const*>(&params.grad())...};
-    for (std::size_t a = 0; a < sizeof...(P); ++a)
-      for (std::size_t b = a + 1; b < sizeof...(P); ++b)
-        if (addr[a] == addr[b])
-          detail::fail("gradix::grad: parameter ", a, " and parameter ", b,
-                       " are the same parameter; give each parameter once");
-  }
+  detail::check_distinct_params("gradix::grad", params...);
   auto out = [&] {
     try {
       return std::tuple<typename P::storage_type...>(typename P::storage_type(params.shape())...);
@@ -170,14 +164,8 @@ constexpr auto grad(E const& e_in, P const&... params) {
                    detail::constexpr_grad_nodes, " nodes (this one has ", detail::node_count_v<decltype(e)>, ")");
     }
   } else {
-    // at run time the uses are redirected where they are made (ad::push of a parameter,
-    // detail::redirect_target), on this thread, for the duration of the call
-    void const* from[sizeof...(P)] = {static_cast<void const*>(&params.grad())...};
-    void* to[sizeof...(P)] = {};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((to[I] = static_cast<void*>(&std::get<I>(out))), ...);
-    }(std::index_sequence_for<P...>{});
-    detail::with_grad_redirect(detail::grad_redirect{from, to, sizeof...(P)}, [&] {
+    // at run time the uses are redirected where they are made (exec/grad.hpp)
+    detail::run_redirected(out, std::forward_as_tuple(params...), [&] {
       detail::run_with_saved<true>(e, "gradix::grad", [&](auto const& e2) {
         detail::run_plan(ad::plan(e2), "gradix::grad");
       });
@@ -193,13 +181,7 @@ constexpr auto grad(E const& e_in, P const&... params) {
 /// one of them.
 template <parameter_object... P>
 constexpr void zero_grad(P&... params) {
-  detail::storage_guard<sizeof...(P)> guard("gradix::zero_grad");
-  detail::busy_lock<sizeof...(P)> device_lock("gradix::zero_grad");  // device storages (grid::param)
-  ([&] {
-    if constexpr (requires { typename P::launcher_type; }) device_lock.take(&params.grad());
-    else guard.take(&params.grad());
-  }(), ...);
-  (params.grad().zero(), ...);
+  detail::clear_grads("gradix::zero_grad", params...);
 }
 
 }  // namespace gradix

@@ -18,6 +18,7 @@
 #include "gradix/config.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -42,14 +43,10 @@ constexpr std::size_t kernels_below() {
     // the operand's kernels, its value (its root's kernel when kept, else an assignment into
     // the let's buffer), and the body's kernels
     return kernels_below<Z2>() + (is_saved_node<Z2>::value ? 0 : eval_cost_v<Z2>) + kernels_below<B2>();
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    return kernels_below<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() +
-           kernels_below<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
-  } else if constexpr (requires(N const& x) { x.arg_; x.pos_; }) {
-    return kernels_below<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>() +
-           kernels_below<std::remove_cvref_t<decltype(std::declval<N const&>().pos_)>>();
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return kernels_below<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else if constexpr (gradix::detail::operand_count_v<N> == 2) {
+    return kernels_below<gradix::detail::operand_t<0, N>>() + kernels_below<gradix::detail::operand_t<1, N>>();
+  } else if constexpr (gradix::detail::operand_count_v<N> == 1) {
+    return kernels_below<gradix::detail::operand_t<0, N>>();
   } else {
     return 0;
   }

@@ -25,6 +25,7 @@
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/rebuild.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <type_traits>
 
@@ -46,8 +47,10 @@ constexpr bool computes() {
     return true;  // binary nodes (products keep a value: above)
   } else if constexpr (is_specialization_of_unary<N>::value) {
     return true;
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return computes<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else if constexpr (value_operand_count_v<N> == 2) {
+    return computes<value_operand_t<0, N>>() || computes<value_operand_t<1, N>>();
+  } else if constexpr (value_operand_count_v<N> == 1) {
+    return computes<value_operand_t<0, N>>();
   } else {
     return false;
   }

@@ -12,6 +12,7 @@
 /// changing it afterwards is undefined.
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -68,12 +69,7 @@ constexpr auto take_along(X&& x, P&& pos) {
         if (bad)
           detail::fail("gradix::take_along: position ", v, " at ",
                        detail::extents_to_string(c.begin(), R), " is out of range for axis ", Ax, " of extent ", n);
-        std::size_t j = R;
-        while (j-- > 0) {
-          if (++c[j] < ext[j]) break;
-          c[j] = 0;
-        }
-        if (j == std::size_t(-1)) break;
+        if (!coords::next(c, ext)) break;
       }
     }
     return take_along_node<A, Pn, Ax>{a, p, sp};

@@ -4,6 +4,7 @@
 /// and builders take an lvalue tensor as a view of it, and refuse a temporary one.
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/dtype.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/layout.hpp"
@@ -158,13 +159,7 @@ using storage_t = std::conditional_t<stores_inline_v<T, Shape>,
 /// Coordinate of logical row-major linear index k.
 template <class Shape>
 constexpr coord<Shape::rank> unravel(Shape const& s, index_t k) {
-  coord<Shape::rank> c{};
-  for (std::size_t i = Shape::rank; i-- > 0;) {
-    index_t e = s.extent(i);
-    c[i] = e ? k % e : 0;
-    k = e ? k / e : 0;
-  }
-  return c;
+  return coords::unravel(s.extents(), k);
 }
 
 }  // namespace detail

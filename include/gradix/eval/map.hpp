@@ -4,6 +4,7 @@
 
 #include "gradix/ad/map.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/reduce.hpp"
 
@@ -137,11 +138,7 @@ GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E:
         }
       }
       pos += I(nj - (nj / W) * W);  // the tail's elements
-      for (std::size_t j = RA; j-- > 0;) {  // the next run
-        if (!E::reduced(j) || j == J) continue;
-        if (++c[j] < ev.ext_[j]) break;
-        c[j] = 0;
-      }
+      coords::next(c, ev.ext_, E::reduced_axes & ~(std::uint64_t(1) << J));  // the next run
     }
     // the overall maximum (a NaN if any), then the first index that holds it
     T m = tbest;
@@ -160,11 +157,7 @@ GRADIX_ALWAYS_INLINE bool argmax_packs(E const& ev, coord<RO> const& o, coord<E:
     if (first < 0) first = 0;  // every element is the lowest value: the first
     if (val) *val = fv;
     out = ev.base(o);
-    for (std::size_t j = RA; j-- > 0;) {
-      if (!E::reduced(j)) continue;
-      out[j] = first % ev.ext_[j];
-      first /= ev.ext_[j];
-    }
+    coords::unravel_axes(out, ev.ext_, E::reduced_axes, first);
     return true;
   }
 }
@@ -184,7 +177,6 @@ GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<R
   }
 #endif
   auto c = ev.base(o);
-  constexpr std::size_t RA = E::in_rank;
   auto best_c = c;
   typename E::value_type best{};
   bool first = true;
@@ -196,11 +188,7 @@ GRADIX_HOST_DEVICE constexpr coord<E::in_rank> argmax_coord(E const& ev, coord<R
       best_c = c;
       first = false;
     }
-    for (std::size_t j = RA; j-- > 0;) {
-      if (!E::reduced(j)) continue;
-      if (++c[j] < ev.ext_[j]) break;
-      c[j] = 0;
-    }
+    coords::next(c, ev.ext_, E::reduced_axes);
   }
   if (val) *val = best;
   return best_c;

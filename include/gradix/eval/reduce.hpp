@@ -18,6 +18,7 @@
 /// growth far below a naive serial sum. The same bits come out for any thread count.
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -25,6 +26,7 @@
 #include "gradix/expr/reduce.hpp"
 
 #include <array>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -113,6 +115,8 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
   static constexpr std::size_t in_rank = SA::rank;
   static constexpr std::size_t rank = node_type::shape_type::rank;
   static constexpr bool reduced(std::size_t j) { return (Mask >> j) & 1; }
+  /// The reduced axes, as a coords mask.
+  static constexpr std::uint64_t reduced_axes = Mask;
   /// The axis walked innermost: the operand's contiguous axis if reduced, else the last
   /// reduced axis (in_rank when nothing is reduced).
   static constexpr std::size_t inner_axis = [] {
@@ -145,12 +149,7 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     }
     return a;
   }
-  GRADIX_HOST_DEVICE constexpr index_t count() const {
-    index_t n = 1;
-    for (std::size_t j = 0; j < in_rank; ++j)
-      if (reduced(j)) n *= ext_[j];
-    return n;
-  }
+  GRADIX_HOST_DEVICE constexpr index_t count() const { return coords::count(ext_, Mask); }
 
   /// The slowest of the row axes (the reduced axes other than the inner one); in_rank when
   /// there is none.
@@ -160,8 +159,9 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     return in_rank;
   }();
   /// Moves a to the next row of the reduced domain (the reduced axes other than the inner
-  /// one, row-major, last fastest). The slowest row axis is not wrapped: it passes its extent
-  /// only after the domain's last row, where no run follows. (With a single row axis a row
+  /// one, row-major, last fastest): coords::next, except that the slowest row axis is not
+  /// wrapped: it passes its extent only after the domain's last row, where no run follows.
+  /// (With a single row axis a row
   /// step is one increment, no compare: g++ 12 compiled the wrap of every interleaved cursor
   /// into a taken branch around a register clear, per row.)
   GRADIX_HOST_DEVICE constexpr void next_row(coord<in_rank>& a) const {
@@ -187,11 +187,7 @@ struct evaluator<reduce_node<Op, Arg, Mask, Keep>> {
     f1 = f + bsize < n ? f + bsize : n;
     index_t row = f / n_in;
     off = f % n_in;
-    for (std::size_t j = in_rank; j-- > 0;) {
-      if (!reduced(j) || j == IA) continue;
-      a[j] = row % ext_[j];
-      row /= ext_[j];
-    }
+    coords::unravel_axes(a, ext_, Mask & ~(std::uint64_t(1) << IA), row);
   }
 
   /// Result of block k of the scheme, for the output element whose base coordinate is a.

@@ -6,6 +6,7 @@
 /// save transform (a check naming a node's value).
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/inner.hpp"
 #include "gradix/expr/reduce.hpp"
@@ -19,12 +20,7 @@ namespace gradix::ev {
 /// (row-major over those axes), and the offset of its first element in a row-major buffer.
 template <std::size_t R, std::size_t Ax>
 GRADIX_HOST_DEVICE constexpr coord<R> row_origin(array<index_t, R> const& ext, index_t r, index_t& base) {
-  coord<R> o{};
-  for (std::size_t j = R; j-- > 0;) {
-    if (j == Ax) continue;
-    o[j] = r % ext[j];
-    r /= ext[j];
-  }
+  coord<R> const o = coords::unravel(ext, coords::all_but<R>(Ax), r);
   base = 0;
   for (std::size_t j = 0; j < R; ++j) base = base * ext[j] + o[j];
   return o;

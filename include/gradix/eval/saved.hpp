@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Evaluators of saved values (expr/saved.hpp): a saved_node reads its buffer like a view; a
-/// save_node that was not transformed (constant evaluation of a plan type, a device
+/// save_mark_node that was not transformed (constant evaluation of a plan type, a device
 /// expression) evaluates its operand.
 
 #include "gradix/config.hpp"
@@ -11,8 +11,8 @@
 namespace gradix::ev {
 
 template <class Arg>
-struct evaluator<save_node<Arg>> : evaluator<Arg> {
-  GRADIX_HOST_DEVICE constexpr explicit evaluator(save_node<Arg> const& n) : evaluator<Arg>(n.arg_) {}
+struct evaluator<save_mark_node<Arg>> : evaluator<Arg> {
+  GRADIX_HOST_DEVICE constexpr explicit evaluator(save_mark_node<Arg> const& n) : evaluator<Arg>(n.arg_) {}
 };
 
 template <class N, class L>

@@ -16,6 +16,7 @@
 /// gradient) holds them. Off, it costs one relaxed atomic load per call.
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/math.hpp"
 #include "gradix/core/shape.hpp"
@@ -269,10 +270,7 @@ template <class N>
         for (std::size_t j = 0; j < R && j < 16; ++j) r.c[j] = c[j];
         return r;
       }
-      for (std::size_t j = R; j-- > 0;) {
-        if (++c[j] < ext[j]) break;
-        c[j] = 0;
-      }
+      coords::next(c, ext);
     }
     return {};
   }
@@ -301,10 +299,15 @@ template <class N>
 /// The same over n's operands only.
 template <class N>
 [[gnu::cold]] bool locate_in_operands(N const& n, std::string& msg) {
-  if constexpr (requires { n.lhs_; n.rhs_; }) return locate_nonfinite(n.lhs_, msg) || locate_nonfinite(n.rhs_, msg);
-  else if constexpr (is_let_node<N>::value) return locate_nonfinite(n.z_, msg);  // (the body reads placeholders)
-  else if constexpr (requires { n.arg_; }) return locate_nonfinite(n.arg_, msg);
-  else return false;
+  if constexpr (is_let_node<N>::value) {
+    return locate_nonfinite(n.z_, msg);  // (the body reads placeholders)
+  } else {
+    if constexpr (value_operand_count_v<N> >= 1)
+      if (locate_nonfinite(operand_at<0>(n), msg)) return true;
+    if constexpr (value_operand_count_v<N> >= 2)
+      if (locate_nonfinite(operand_at<1>(n), msg)) return true;
+    return false;
+  }
 }
 template <class N>
 bool locate_nonfinite(N const& n, std::string& msg) {

@@ -194,6 +194,12 @@ void prepare_plan(Ex& ex, Guard& guard, Plan const& p, char const* op, std::size
 /// gradix::error naming `op`. Then the kernels run: they cannot fail and never allocate.
 template <class Ex, class Plan>
 constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
+  if constexpr (requires { Ex::template runs_whole<Plan>; }) {
+    if constexpr (Ex::template runs_whole<Plan>) {  // the executor runs it at once (the grid's fused launches)
+      ex.run_whole(p, op);
+      return;
+    }
+  }
   typename Ex::template guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
   if (std::is_constant_evaluated()) {

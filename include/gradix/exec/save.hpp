@@ -58,7 +58,7 @@ struct kept_node {
   using type = N;
 };
 template <class A>
-struct kept_node<save_node<A>> {
+struct kept_node<save_mark_node<A>> {
   using type = A;
 };
 
@@ -118,7 +118,7 @@ constexpr bool in_place_operand(X const& x, mat_ref<T>& r) {
 /// a product: a product or a save mark becomes a kept buffer, read in place.
 template <class Ex, class T, class X>
 constexpr bool copies_operand(X const& x) {
-  if constexpr (is_matmul_node<X>::value || ad::is_save_node<X>::value) {
+  if constexpr (is_matmul_node<X>::value || ad::is_save_mark_node<X>::value) {
     return false;
   } else {
     mat_ref<T> r;
@@ -176,7 +176,7 @@ constexpr auto keep_product(N const& n, saved_space<Ex>& s) {
   r.extra_.a = o.a;
   r.extra_.b = o.b;
   if (s.argmax()) {
-    r.extra_.gc = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+    r.extra_.gc = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
     if constexpr (ad::reaches_param_v<decltype(n.lhs_)>)
       r.extra_.ga = s.template take<T>(std::size_t(n.lhs_.shape().size()));
     if constexpr (ad::reaches_param_v<decltype(n.rhs_)>)
@@ -233,13 +233,9 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     }
   }
   constexpr bool U = ad::operands_under_v<N>;
-  if constexpr (is_saved_node<N>::value) {
-  } else if constexpr (requires { n.lhs_; n.rhs_; }) {
-    count_saved<Ex, U>(n.lhs_, z);
-    count_saved<Ex, U>(n.rhs_, z);
-  } else if constexpr (requires { n.arg_; }) {
-    count_saved<Ex, U>(n.arg_, z);
-  }
+  // the value operands (expr/visit.hpp), called directly: one instantiation per level
+  if constexpr (value_operand_count_v<N> >= 1) count_saved<Ex, U>(operand_at<0>(n), z);
+  if constexpr (value_operand_count_v<N> >= 2) count_saved<Ex, U>(operand_at<1>(n), z);
 }
 
 /// A node kept: its value computed into a buffer of the call, read from there.
@@ -264,7 +260,7 @@ constexpr auto keep_segments(N const& n, saved_space<Ex>& s) {
   s.ex().bags(n, bag, sc);
   r.extra_.bag_of = bag;
   r.extra_.scale = sc;
-  r.extra_.gout = workspace_grad<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+  r.extra_.gout = adjoint_buffer<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
   return r;
 }
 /// A row node kept: its rows (row_values; the norms' factor per row too), and in a backward
@@ -286,7 +282,7 @@ constexpr auto keep_row(N const& n, saved_space<Ex>& s) {
   r.extra_.rstd = rstd;
   if constexpr (ad::reaches_param_v<N>) {
     if (s.argmax()) {
-      r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+      r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
       r.extra_.gin = s.template take<T>(std::size_t(n.shape().size()));
     }
   }
@@ -316,7 +312,7 @@ constexpr auto keep_reshape(N const& n, saved_space<Ex>& s) {
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(data, n.shape())};
   if constexpr (ad::reaches_param_v<N>) {
-    if (s.argmax()) r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+    if (s.argmax()) r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
   }
   return r;
 }
@@ -341,7 +337,7 @@ constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s) {
   R r{s.keep_node(n), typename R::buffer_type(buf)};
   if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {
     if (s.argmax())
-      r.extra_.gout = workspace_grad<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+      r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
   }
   if constexpr (ad::needs_argmax<N>::value) {
     if (!s.argmax()) return r;

@@ -23,7 +23,7 @@
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/view.hpp"
-#include "gradix/grad/workspace.hpp"
+#include "gradix/grad/adjoint_buffer.hpp"
 
 #include <type_traits>
 
@@ -78,7 +78,7 @@ template <class T, class S>
 struct segment_state {
   index_t const* bag_of = nullptr;
   T const* scale = nullptr;
-  workspace_grad<T, S> gout;
+  adjoint_buffer<T, S> gout;
 };
 
 enum class bag_mode { sum, mean };

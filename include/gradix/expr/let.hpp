@@ -40,7 +40,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/expr/node.hpp"
-#include "gradix/grad/workspace.hpp"
+#include "gradix/grad/adjoint_buffer.hpp"
 
 #include <type_traits>
 
@@ -132,9 +132,9 @@ struct is_bound_let_node<bound_let_node<Z, Z2, B>> : std::true_type {};
 /// the let's buffer gz_: a workspace buffer, held by each saved node that binds the
 /// placeholder (expr/saved.hpp, let_state); the kernels point at it.
 template <class T, class S, class Z>
-class let_grad : public workspace_grad<T, S> {
+class let_grad : public adjoint_buffer<T, S> {
  public:
-  using workspace_grad<T, S>::workspace_grad;
+  using adjoint_buffer<T, S>::adjoint_buffer;
 };
 template <class G>
 struct is_let_grad : std::false_type {};

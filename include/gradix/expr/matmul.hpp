@@ -20,7 +20,7 @@
 #include "gradix/expr/node.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/view.hpp"
-#include "gradix/grad/workspace.hpp"
+#include "gradix/grad/adjoint_buffer.hpp"
 
 #include <type_traits>
 
@@ -63,7 +63,7 @@ constexpr blas_form blas_form_of(index_t rows, index_t cols, index_t rs, index_t
 template <class T, class SC>
 struct product_state {
   mat_ref<T> a, b;
-  workspace_grad<T, SC> gc;
+  adjoint_buffer<T, SC> gc;
   T* ga = nullptr;
   T* gb = nullptr;
 };

@@ -19,6 +19,7 @@
 #include "gradix/expr/concat.hpp"
 #include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <type_traits>
 
@@ -106,12 +107,12 @@ constexpr auto rebuild(row_node<A, Axis, K> const& n, F const& f) {
   return row_node<decltype(a), Axis, K>{a, n.eps_};
 }
 template <bool U, class F, class A>
-constexpr auto rebuild(save_node<A> const& n, F const& f) {
+constexpr auto rebuild(save_mark_node<A> const& n, F const& f) {
   if constexpr (F::drops_marks) {
     return f.template apply<U>(n.arg_);  // the mark itself becomes the saved_node around it
   } else {
     auto a = f.template apply<U>(n.arg_);
-    return save_node<decltype(a)>{a};
+    return save_mark_node<decltype(a)>{a};
   }
 }
 
@@ -126,11 +127,10 @@ constexpr bool mentions_var() {
   } else if constexpr (is_let_node<N>::value) {
     return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>() ||
            mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>, Z>() ||
-           mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>, Z>();
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, Z>();
+  } else if constexpr (value_operand_count_v<N> == 2) {
+    return mentions_var<value_operand_t<0, N>, Z>() || mentions_var<value_operand_t<1, N>, Z>();
+  } else if constexpr (value_operand_count_v<N> == 1) {
+    return mentions_var<value_operand_t<0, N>, Z>();
   } else {
     return false;
   }
@@ -178,12 +178,12 @@ constexpr int max_let_level() {
     constexpr int b = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>();
     constexpr int c = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
-  } else if constexpr (requires(N const& x) { x.lhs_; x.rhs_; }) {
-    constexpr int a = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>();
-    constexpr int b = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  } else if constexpr (value_operand_count_v<N> == 2) {
+    constexpr int a = max_let_level<value_operand_t<0, N>>();
+    constexpr int b = max_let_level<value_operand_t<1, N>>();
     return a > b ? a : b;
-  } else if constexpr (requires(N const& x) { x.arg_; }) {
-    return max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else if constexpr (value_operand_count_v<N> == 1) {
+    return max_let_level<value_operand_t<0, N>>();
   } else {
     return 0;
   }

@@ -18,7 +18,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/expr/node.hpp"
-#include "gradix/grad/workspace.hpp"
+#include "gradix/grad/adjoint_buffer.hpp"
 
 #include <type_traits>
 
@@ -57,7 +57,7 @@ constexpr char const* row_kind_name(row_kind k) {
 template <class T, class S>
 struct row_state {
   T* rstd = nullptr;
-  workspace_grad<T, S> gout;
+  adjoint_buffer<T, S> gout;
   T* gin = nullptr;
 };
 

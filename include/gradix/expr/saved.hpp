@@ -3,9 +3,9 @@
 /// Saved values: sub-expressions whose value is computed once per call into a buffer and read
 /// from there, instead of being recomputed wherever it is read.
 ///
-///   save_node<A>      `gx::saved(e)`: the user asks for e's value to be kept
+///   save_mark_node<A>      `gx::saved(e)`: the user asks for e's value to be kept
 ///   saved_node<N, L>  N's value in a buffer of N's shape (layout L); made by the API's save
-///                     transform (api/saved.hpp) for every `save_node` and for every
+///                     transform (api/saved.hpp) for every `save_mark_node` and for every
 ///                     reduction read by a node other than a reduction (the cost rule of
 ///                     docs/ad.md, "Saved values") and for every matrix product; never
 ///                     built by users
@@ -23,7 +23,7 @@
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/row.hpp"
 #include "gradix/expr/view.hpp"
-#include "gradix/grad/workspace.hpp"
+#include "gradix/grad/adjoint_buffer.hpp"
 
 #include <type_traits>
 
@@ -32,7 +32,7 @@ namespace gradix {
 /// out[c] = arg[c], kept in a buffer for the duration of one call (eval, value, backward,
 /// grad); backward: d_arg[c] = d_out[c]
 template <class Arg>
-struct save_node {
+struct save_mark_node {
   using is_gradix_expression = void;
   using value_type = value_type_t<Arg>;
   using shape_type = shape_of_t<Arg>;
@@ -67,7 +67,7 @@ struct saved_extra<matmul_node<L, R>> {
 /// adjoint there when it arrives through a broadcast: docs/ad.md, "Adjoints of reductions").
 template <class T, class S>
 struct reduction_state {
-  workspace_grad<T, S> gout;
+  adjoint_buffer<T, S> gout;
 };
 template <class Op, class A, axis_mask Mask, bool Keep>
   requires(std::is_same_v<Op, op::sum_of> || std::is_same_v<Op, op::mean_of>)
@@ -178,7 +178,7 @@ constexpr auto saved(X&& x) {
                 "gradix::saved: only floating-point values are kept (the expression has an "
                 "integer element type)");
   if constexpr (std::is_floating_point_v<value_type_t<N>>)
-    return save_node<N>{detail::as_node(static_cast<X&&>(x))};
+    return save_mark_node<N>{detail::as_node(static_cast<X&&>(x))};
 }
 
 }  // namespace gradix

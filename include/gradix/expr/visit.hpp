@@ -23,7 +23,9 @@
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
+#include <cstddef>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::detail {
 
@@ -38,51 +40,100 @@ struct is_param_node<param_node<V, G>> : std::true_type {};
 ///   one_hot               (pos_)                     other inner nodes (arg_)
 ///   leaves (views, parameters, scalars, placeholders, saved values, patterns): none.
 /// Index data (an index node's or a segment sum's idx_) is not an operand: a lookup table.
-/// A walk that treats each kind of operand differently (for_each_leaf below, rebuild) names
-/// the members itself.
-template <class N, class F>
-constexpr void for_each_operand(N& n, F&& f) {
+/// The value operands are the operands whose values flow into n's value: all of them but
+/// positions (take_along's and one_hot's pos_, integer data read as an address, never
+/// differentiated, never kept by a call). Walks that transform or cost an expression's values
+/// (the save transform's counts, buffer and kernel counts, lets, regions, finite checks) use
+/// the value operands; walks over the memory an expression reads (checks, validation) use
+/// all. Rebuilding a node over new operands is the protocol's other half: expr/rebuild.hpp,
+/// one constructor per node kind, over the value operands (positions are kept as they are).
+/// A walk that treats one kind of operand differently (for_each_leaf below) names the
+/// members itself.
+template <class N>
+inline constexpr bool is_operand_leaf_v =
+    is_view_v<std::remove_const_t<N>> || is_param_node<std::remove_const_t<N>>::value || is_saved_node<std::remove_const_t<N>>::value;
+
+/// The table above, once: how many operands node type D has (Positions: counting positions)...
+template <class D, bool Positions>
+constexpr std::size_t operand_count_of() {
+  if constexpr (is_operand_leaf_v<D>) return 0;
+  else if constexpr (is_let_node<D>::value || is_bound_let_node<D>::value) return 2;
+  else if constexpr (requires(D& n) { n.lhs_; n.rhs_; }) return 2;
+  else if constexpr (requires(D& n) { n.arg_; n.pos_; }) return Positions ? 2 : 1;
+  else if constexpr (requires(D& n) { n.pos_; }) return Positions ? 1 : 0;
+  else if constexpr (requires(D& n) { n.arg_; }) return 1;
+  else return 0;
+}
+/// ... and its I-th operand (n's constness kept).
+template <std::size_t I, class N>
+constexpr auto& operand_at(N& n) {
   using D = std::remove_const_t<N>;
-  if constexpr (is_view_v<D> || is_param_node<D>::value || is_saved_node<D>::value) {
-  } else if constexpr (is_let_node<D>::value) {
-    f(n.z_);
-    f(n.body_);
+  if constexpr (is_let_node<D>::value) {
+    if constexpr (I == 0) return n.z_;
+    else return n.body_;
   } else if constexpr (is_bound_let_node<D>::value) {
-    f(n.z_);
-    f(n.arg_);
+    if constexpr (I == 0) return n.z_;
+    else return n.arg_;
   } else if constexpr (requires { n.lhs_; n.rhs_; }) {
-    f(n.lhs_);
-    f(n.rhs_);
+    if constexpr (I == 0) return n.lhs_;
+    else return n.rhs_;
   } else if constexpr (requires { n.arg_; n.pos_; }) {
-    f(n.arg_);
-    f(n.pos_);
+    if constexpr (I == 0) return n.arg_;
+    else return n.pos_;
   } else if constexpr (requires { n.pos_; }) {
-    f(n.pos_);
-  } else if constexpr (requires { n.arg_; }) {
-    f(n.arg_);
+    static_assert(I == 0);
+    return n.pos_;
+  } else {
+    static_assert(I == 0);
+    return n.arg_;
   }
 }
-/// The operand types of N (cv-ref removed, for_each_operand's order), as a gradix::tuple.
+
+/// The number of operands of N (0, 1 or 2) and the type of the I-th (cv-ref removed); the
+/// same for the value operands (the value operands come first: the I-th value operand is the
+/// I-th operand). What a type-level walk recurses on, one instantiation per level, so deep
+/// expressions (an unrolled recurrence) stay within the compilers' instantiation depth:
+///   if constexpr (value_operand_count_v<N> == 2) return f<value_operand_t<0, N>>() || f<value_operand_t<1, N>>();
 template <class N>
+inline constexpr std::size_t operand_count_v = operand_count_of<std::remove_cvref_t<N>, true>();
+template <class N>
+inline constexpr std::size_t value_operand_count_v = operand_count_of<std::remove_cvref_t<N>, false>();
+template <std::size_t I, class N>
+using operand_t = std::remove_cvref_t<decltype(operand_at<I>(std::declval<std::remove_cvref_t<N>&>()))>;
+template <std::size_t I, class N>
+using value_operand_t = operand_t<I, N>;
+
+/// Calls f(c) for every operand c of n (positions included), in order.
+template <class N, class F>
+constexpr void for_each_operand(N& n, F&& f) {
+  constexpr std::size_t k = operand_count_v<N>;
+  if constexpr (k >= 1) f(operand_at<0>(n));
+  if constexpr (k >= 2) f(operand_at<1>(n));
+}
+/// Calls f(c) for every value operand c of n (positions left out).
+template <class N, class F>
+constexpr void for_each_value_operand(N& n, F&& f) {
+  constexpr std::size_t k = value_operand_count_v<N>;
+  if constexpr (k >= 1) f(operand_at<0>(n));
+  if constexpr (k >= 2) f(operand_at<1>(n));
+}
+/// The operand types of N (cv-ref removed, for_each_operand's order), as a gradix::tuple; the
+/// value operands' types.
+template <class N, bool Positions = true>
 struct operand_types {
-  using D = std::remove_cvref_t<N>;
-  template <class... C>
-  static std::type_identity<tuple<std::remove_cvref_t<C>...>> of(C&&...);
+  static constexpr std::size_t k = operand_count_of<std::remove_cvref_t<N>, Positions>();
   static auto probe() {
-    if constexpr (is_view_v<D> || is_param_node<D>::value || is_saved_node<D>::value)
-      return std::type_identity<tuple<>>{};
-    else if constexpr (is_let_node<D>::value) return decltype(of(std::declval<D&>().z_, std::declval<D&>().body_)){};
-    else if constexpr (is_bound_let_node<D>::value) return decltype(of(std::declval<D&>().z_, std::declval<D&>().arg_)){};
-    else if constexpr (requires(D& n) { n.lhs_; n.rhs_; }) return decltype(of(std::declval<D&>().lhs_, std::declval<D&>().rhs_)){};
-    else if constexpr (requires(D& n) { n.arg_; n.pos_; }) return decltype(of(std::declval<D&>().arg_, std::declval<D&>().pos_)){};
-    else if constexpr (requires(D& n) { n.pos_; }) return decltype(of(std::declval<D&>().pos_)){};
-    else if constexpr (requires(D& n) { n.arg_; }) return decltype(of(std::declval<D&>().arg_)){};
-    else return std::type_identity<tuple<>>{};
+    if constexpr (k == 0) return std::type_identity<tuple<>>{};
+    else if constexpr (k == 1) return std::type_identity<tuple<operand_t<0, N>>>{};
+    else return std::type_identity<tuple<operand_t<0, N>, operand_t<1, N>>>{};
   }
   using type = typename decltype(probe())::type;
 };
 template <class N>
-using operand_types_t = typename operand_types<N>::type;
+using operand_types_t = typename operand_types<N, true>::type;
+template <class N>
+using value_operand_types_t = typename operand_types<N, false>::type;
+
 /// Calls f(m) for n and every node below it, parents first, operands in order.
 template <class N, class F>
 constexpr void for_each_node(N& n, F&& f) {

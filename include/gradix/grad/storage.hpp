@@ -17,6 +17,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/shape.hpp"
@@ -54,6 +55,36 @@ struct grad_mark {
   bool all = false;       // dense: everything touched
 };
 
+/// Where a gradient storage's element lives, copied into locals (or into a kernel): its
+/// strides and, along a sparse storage's axis, its slot map (pointers into the storage's
+/// memory, host or device). The one addressing every backend's update loops use.
+template <std::size_t R, bool Sparse, std::size_t SAxis>
+struct target_address {
+  array<index_t, R> st_;
+  std::int32_t const* slots_;
+  /// Offset of target coordinate t (through the slot map along the sparse axis).
+  GRADIX_HOST_DEVICE GRADIX_ALWAYS_INLINE constexpr index_t offset(coord<R> const& t) const {
+    index_t off = 0;
+    for (std::size_t k = 0; k < R; ++k) {
+      index_t x = t[k];
+      if constexpr (Sparse) {
+        if (k == SAxis) x = slots_[x];
+      }
+      off += x * st_[k];
+    }
+    return off;
+  }
+};
+/// The addressing of storage G.
+template <class G>
+using target_address_t = target_address<G::rank, G::sparse, G::axis>;
+template <class G>
+constexpr target_address_t<G> target_address_of(G const& g) {
+  target_address_t<G> a{g.strides(), nullptr};
+  if constexpr (G::sparse) a.slots_ = g.slot_map();
+  return a;
+}
+
 namespace detail {
 /// Calls f(offset) for every element offset of slice `id` along `axis` of a tensor with
 /// extents ext and strides st (the innermost loop over the contiguous remaining axis).
@@ -61,19 +92,13 @@ template <std::size_t R, class F>
 constexpr void for_each_in_slice(array<index_t, R> const& ext, array<index_t, R> const& st, std::size_t axis,
                        index_t base, F&& f) {
   coord<R> c{};
-  index_t n = 1;
-  for (std::size_t k = 0; k < R; ++k)
-    if (k != axis) n *= ext[k];
+  index_t const n = coords::count(ext, coords::all_but<R>(axis));
   for (index_t e = 0; e < n; ++e) {
     index_t off = base;
     for (std::size_t k = 0; k < R; ++k)
       if (k != axis) off += c[k] * st[k];
     f(off);
-    for (std::size_t k = R; k-- > 0;) {
-      if (k == axis) continue;
-      if (++c[k] < ext[k]) break;
-      c[k] = 0;
-    }
+    coords::next(c, ext, coords::all_but<R>(axis));
   }
 }
 }  // namespace detail
@@ -239,11 +264,7 @@ class sparse_grad_storage {
       for (index_t e = 0; e < n; ++e) {
         c[Axis] = id_;
         dv[c] = at(c);
-        for (std::size_t j = rank; j-- > 0;) {
-          if (j == Axis) continue;
-          if (++c[j] < ext[j]) break;
-          c[j] = 0;
-        }
+        coords::next(c, ext, coords::all_but<rank>(Axis));
       }
     }
     return d;

@@ -23,6 +23,7 @@
 #include "gradix/backend/grid/memory.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/tensor.hpp"
 
@@ -35,25 +36,6 @@ namespace gradix::optim::device {
 /// Whether P is a device parameter (grid::param).
 template <class P>
 inline constexpr bool is_device_param_v = requires { typename P::launcher_type; };
-
-/// The row-major (Layout's) unravel of flat index k over extents ext: row_major's last axis
-/// fastest, col_major's first.
-template <class Layout, std::size_t R>
-GRADIX_HOST_DEVICE constexpr coord<R> unravel_in(array<index_t, R> const& ext, index_t k) {
-  coord<R> c{};
-  if constexpr (std::is_same_v<Layout, col_major>) {
-    for (std::size_t j = 0; j < R; ++j) {
-      c[j] = k % ext[j];
-      k /= ext[j];
-    }
-  } else {
-    for (std::size_t j = R; j-- > 0;) {
-      c[j] = k % ext[j];
-      k /= ext[j];
-    }
-  }
-  return c;
-}
 
 /// Where an element's gradient is: dense (same offset as the value), or a sparse storage's
 /// stored slices (slot map, ids, slices) along Axis.
@@ -84,18 +66,18 @@ struct step_kernel {
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     for (index_t k = grid::grid_first(c); k < n_; k += grid::grid_step(c)) {
       if constexpr (Kind == 0) {  // (a dense storage's slices are along axis 0)
-        f_(k, g_[k], R == 0 ? index_t(0) : unravel_in<Layout>(ext_, k)[0]);
+        f_(k, g_[k], R == 0 ? index_t(0) : coords::unravel_in<Layout>(ext_, k)[0]);
       } else if constexpr (Kind == 1) {
         index_t const slot = k / sv_.slice;
         if (slot >= index_t(*sv_.count)) continue;
         index_t const id = sv_.ids[slot];
-        coord<R> co = unravel_in<Layout>(sv_.sext, k % sv_.slice);
+        coord<R> co = coords::unravel_in<Layout>(sv_.sext, k % sv_.slice);
         co[Axis] = id;
         index_t off = 0;
         for (std::size_t j = 0; j < R; ++j) off += co[j] * sv_.wst[j];
         f_(off, sv_.data[k], id);
       } else {
-        coord<R> const co = unravel_in<Layout>(ext_, k);
+        coord<R> const co = coords::unravel_in<Layout>(ext_, k);
         index_t off = 0, in = 0;
         for (std::size_t j = 0; j < R; ++j) {
           off += co[j] * sv_.wst[j];

@@ -17,6 +17,7 @@
 #include "gradix/api/param.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/layout.hpp"
 
 #include <cstddef>
@@ -94,11 +95,7 @@ void slice_runs(P& p, index_t id, F&& run) {
           go += c[k] * gst[k];
         }
       run(vo, gbase ? gbase + go : nullptr, index_t(1));
-      for (std::size_t k = R; k-- > 0;) {
-        if (k == A) continue;
-        if (++c[k] < ext[k]) break;
-        c[k] = 0;
-      }
+      coords::next(c, ext, coords::all_but<R>(A));
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/reduce.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/exec/checks.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/layout.hpp"
@@ -33,7 +34,7 @@ struct assign_kernel {
     auto const ext = dst_.shape().extents();
     index_t const n = dst_.size();
     for (index_t k = grid_first(c); k < n; k += grid_step(c)) {
-      coord<R> const co = grid::unravel(ext, k);
+      coord<R> const co = coords::unravel(ext, k);
       dst_[co] = DT(ev(co));
     }
   }
@@ -81,7 +82,7 @@ void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, la
                            " differs from expression shape ", to_string(e.shape()));
   if (dst.size() == 0) return;
   if (::gradix::detail::aliases(dst, e)) {
-    detail::scratch<L> tmp(l, std::size_t(dst.size()) * sizeof(DT));
+    detail::device_buffer<L> tmp(l, std::size_t(dst.size()) * sizeof(DT));
     tensor_view<DT, DS, row_major, cuda_space> tv(tmp.template as<DT>(), dst.shape());
     detail::assign_direct(l, tv, e, o);
     detail::assign_direct(l, dst, tensor_view<DT const, DS, row_major, cuda_space>(tv), o);
@@ -96,7 +97,7 @@ namespace detail {
 template <class L, class E>
 value_type_t<E> read_scalar(L& l, E const& e, launch_options o) {
   using T = value_type_t<E>;
-  scratch<L> out(l, sizeof(T));
+  device_buffer<L> out(l, sizeof(T));
   tensor_view<T, shape<>, row_major, cuda_space> ov(out.template as<T>(), shape<>{});
   assign(l, ov, e, o);
   T v{};

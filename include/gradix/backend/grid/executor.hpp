@@ -14,6 +14,7 @@
 #include "gradix/backend/grid/assign.hpp"
 #include "gradix/backend/grid/kept.hpp"
 #include "gradix/backend/grid/launch.hpp"
+#include "gradix/backend/grid/plain_plan.hpp"
 #include "gradix/backend/grid/reduce.hpp"
 #include "gradix/backend/grid/reserve.hpp"
 #include "gradix/backend/grid/scatter.hpp"
@@ -30,12 +31,6 @@
 #include <type_traits>
 
 namespace gradix::grid {
-
-/// How a device backward runs: the store of non-injective (lookup) maps, and the launch shape.
-struct backward_options {
-  scatter_mode mode = scatter_mode::atomic;
-  launch_options launch = {};
-};
 
 /// Whether launcher L multiplies matrices (l.gemm, as host::gemm's arguments).
 template <class L, class T>
@@ -56,6 +51,16 @@ class executor {
 
   L& launcher() const { return *l_; }
   backward_options const& options() const { return o_; }
+
+  /// Whether a plan runs whole here rather than element by element (exec/run.hpp): plans
+  /// of plain uses only, whose update kernels share launches (plain_plan.hpp).
+  template <class Plan>
+  static constexpr bool runs_whole = detail::device_plan<Plan>::value;
+  /// Runs such a plan: its own busy lock over the targets, the reservations, the launches.
+  template <class Plan>
+  void run_whole(Plan const& p, char const* op) {
+    detail::run_device_plan(*l_, p, o_, op);
+  }
 
   std::byte* allocate(std::size_t bytes) { return static_cast<std::byte*>(l_->allocate(bytes)); }
   void deallocate(std::byte* p) noexcept { release(l_, p); }

@@ -274,7 +274,7 @@ class device_sparse_grad {
     if (bound > capacity_) grow(bound);
     bound_ = bound;
     note_issued(n);  // (publishes nothing: a later bound adds its n)
-    detail::scratch<L> rank_buf(l, std::size_t(n) * sizeof(std::int32_t));
+    detail::device_buffer<L> rank_buf(l, std::size_t(n) * sizeof(std::int32_t));
     std::int32_t* const rk = rank_buf.template as<std::int32_t>();
     index_t const st = detail::reduce_threads(o, l.max_threads());
     l.launch(launch_shape{1, st, std::size_t(st) * sizeof(std::int32_t)},

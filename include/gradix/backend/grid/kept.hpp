@@ -12,6 +12,7 @@
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/shape.hpp"
 #include "gradix/eval/bag.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -154,7 +155,7 @@ struct argmax_kernel {
     auto const ext = n_.shape().extents();
     index_t const count = n_.shape().size();
     for (index_t k = grid_first(c); k < count; k += grid_step(c)) {
-      coord<RO> const o = unravel(ext, k);
+      coord<RO> const o = coords::unravel(ext, k);
       auto const a = ev::argmax_coord(eva, o);
       std::size_t q = 0;
       for (std::size_t j = 0; j < E::in_rank; ++j)

@@ -42,6 +42,7 @@
 ///     l.max_threads()                         the largest block the device takes
 
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/shape.hpp"
 
 #include "gradix/core/array.hpp"
@@ -105,17 +106,6 @@ GRADIX_KERNEL_BODY
 template <class Ctx>
 GRADIX_HOST_DEVICE constexpr index_t grid_step(Ctx const& c) {
   return c.blocks() * c.threads();
-}
-
-/// The coordinate of flat (row-major) index k of extents ext.
-template <std::size_t R>
-GRADIX_HOST_DEVICE constexpr coord<R> unravel(array<index_t, R> const& ext, index_t k) {
-  coord<R> c{};
-  for (std::size_t j = R; j-- > 0;) {
-    c[j] = k % ext[j];
-    k /= ext[j];
-  }
-  return c;
 }
 
 /// What one member of a fused launch sees: the launch's blocks [first, first + count) as a

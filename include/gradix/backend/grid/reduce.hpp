@@ -23,6 +23,7 @@
 
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/layout.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -63,45 +64,6 @@ inline constexpr std::size_t reduce_unit_v = [] {
   }
 }();
 
-/// The coordinate of an operand of rank R from an output index o (row-major over the axes
-/// not in Mask) and a reduced index r (over the axes in Mask: axis U fastest when U < R,
-/// then the others in row-major order).
-template <axis_mask Mask, std::size_t R, std::size_t U = R>
-GRADIX_HOST_DEVICE constexpr coord<R> compose(array<index_t, R> const& ext, index_t o, index_t r) {
-  coord<R> c{};
-  if constexpr (U < R) {
-    c[U] = r % ext[U];
-    r /= ext[U];
-  }
-  for (std::size_t j = R; j-- > 0;) {
-    if (j == U) continue;
-    if ((Mask >> j) & 1) {
-      c[j] = r % ext[j];
-      r /= ext[j];
-    } else {
-      c[j] = o % ext[j];
-      o /= ext[j];
-    }
-  }
-  return c;
-}
-
-/// c += the reduced offset whose coordinates (over the axes in Mask) are step, a mixed-radix
-/// addition over those axes in compose's order (step[j] < ext[j]); a carry out of the slowest
-/// axis is dropped (the offset is then past the end, and not read).
-template <axis_mask Mask, std::size_t R, std::size_t U = R>
-GRADIX_HOST_DEVICE constexpr void advance(coord<R>& c, array<index_t, R> const& ext, coord<R> const& step) {
-  index_t carry = 0;
-  auto const digit = [&](std::size_t j) {
-    index_t const v = c[j] + step[j] + carry;
-    carry = v >= ext[j] ? 1 : 0;
-    c[j] = carry ? v - ext[j] : v;
-  };
-  if constexpr (U < R) digit(U);
-  for (std::size_t j = R; j-- > 0;)
-    if (j != U && ((Mask >> j) & 1)) digit(j);
-}
-
 /// Where a pass writes: the partials of the next pass (p_[item]) ...
 template <class T>
 struct to_partials {
@@ -117,7 +79,7 @@ struct to_destination {
   GRADIX_HOST_DEVICE void operator()(index_t, index_t o, T v) const {
     using DT = typename DV::value_type;
     if constexpr (Mean) v = v / T(count_);
-    dst_[grid::unravel(dst_.shape().extents(), o)] = DT(v);
+    dst_[coords::unravel(dst_.shape().extents(), o)] = DT(v);
   }
 };
 }  // namespace detail
@@ -135,7 +97,7 @@ GRADIX_HOST_DEVICE void reduce_items(Ctx const& c, T* sh, EV const& ev, array<in
   index_t const w = c.thread() / reduce_lanes, lane = c.thread() % reduce_lanes;
   index_t const items = outputs * tiles;
   // the coordinates of the reduced offset reduce_lanes (a lane's step), when there is one
-  coord<R> const step = n > reduce_lanes ? compose<Mask, R, U>(ext, 0, reduce_lanes) : coord<R>{};
+  coord<R> const step = n > reduce_lanes ? coords::compose<int(U)>(ext, Mask, 0, reduce_lanes) : coord<R>{};
   for (index_t base = first; base < items; base += step_items) {
     index_t const item = base + w;
     index_t const o = item / tiles, tile = item % tiles;
@@ -146,11 +108,11 @@ GRADIX_HOST_DEVICE void reduce_items(Ctx const& c, T* sh, EV const& ev, array<in
       // wait for each other
       T v[reduce_per_lane];
       if (r0 < n) {
-        coord<R> x = compose<Mask, R, U>(ext, o, r0);
+        coord<R> x = coords::compose<int(U)>(ext, Mask, o, r0);
         GRADIX_DEVICE_UNROLL
         for (index_t q = 0; q < reduce_per_lane; ++q) {
           v[q] = r0 + q * reduce_lanes < n ? T(ev(x)) : Op::template identity<T>();
-          if (q + 1 < reduce_per_lane) advance<Mask, R, U>(x, ext, step);
+          if (q + 1 < reduce_per_lane) coords::advance<int(U)>(x, ext, Mask, step);
         }
         GRADIX_DEVICE_UNROLL
         for (index_t q = 0; q < reduce_per_lane; ++q)
@@ -267,15 +229,16 @@ GRADIX_HOST_DEVICE void block_inclusive_scan(Ctx const& c, S* sh) {
   }
 }
 
-/// Device memory from launcher l, given back when the guard goes.
+/// A temporary device allocation from launcher l (a flag, sort keys, a staged value),
+/// given back when the guard goes; not the call's workspace (exec/workspace.hpp).
 template <class L>
-struct scratch {
+struct device_buffer {
   L& l_;
   void* p_;
-  scratch(L& l, std::size_t bytes) : l_(l), p_(l.allocate(bytes)) {}
-  scratch(scratch const&) = delete;
-  scratch& operator=(scratch const&) = delete;
-  ~scratch() { l_.deallocate(p_); }
+  device_buffer(L& l, std::size_t bytes) : l_(l), p_(l.allocate(bytes)) {}
+  device_buffer(device_buffer const&) = delete;
+  device_buffer& operator=(device_buffer const&) = delete;
+  ~device_buffer() { l_.deallocate(p_); }
   template <class T>
   T* as() const {
     return static_cast<T*>(p_);
@@ -323,7 +286,7 @@ void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink c
   if constexpr (requires { l.arrival_counter(); }) {
     // few enough partials for one block: one launch (reduce_last_block_kernel)
     if (outputs * tiles <= one_launch_partials) {
-      scratch<L> ab(l, std::size_t(outputs * (tiles + t2)) * sizeof(T));
+      device_buffer<L> ab(l, std::size_t(outputs * (tiles + t2)) * sizeof(T));
       using K = reduce_last_block_kernel<Op, Mask, Arg, T, FinalSink>;
       static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: a kernel must be trivially copyable");
       index_t const t = reduce_threads(o, l.max_threads());
@@ -337,8 +300,8 @@ void reduce_passes(L& l, Arg const& arg, index_t outputs, index_t n, FinalSink c
       return;
     }
   }
-  scratch<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
-  scratch<L> b(l, std::size_t(outputs * t2) * sizeof(T));
+  device_buffer<L> a(l, std::size_t(outputs * tiles) * sizeof(T));
+  device_buffer<L> b(l, std::size_t(outputs * t2) * sizeof(T));
   launch_items(l, reduce_tiles_kernel<Op, Mask, Arg, T, to_partials<T>>{arg, {a.template as<T>()}, outputs, n, tiles},
                outputs * tiles, o);
   using PV = tensor_view<T const, shape<dyn, dyn>, row_major, cuda_space>;
@@ -402,7 +365,7 @@ void sum_to(L& l, T* out, E const& e, launch_options o = {}) {
 template <class L, class E>
 value_type_t<E> sum(L& l, E const& e, launch_options o = {}) {
   using T = value_type_t<E>;
-  detail::scratch<L> r(l, sizeof(T));
+  detail::device_buffer<L> r(l, sizeof(T));
   sum_to(l, r.template as<T>(), e, o);
   T v{};
   l.copy_to_host(&v, r.p_, sizeof(T));

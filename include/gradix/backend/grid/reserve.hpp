@@ -13,6 +13,7 @@
 #include "gradix/backend/grid/reduce.hpp"
 #include "gradix/backend/grid/update_kernels.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/eval/map.hpp"
 
@@ -55,7 +56,7 @@ struct reserve_kernel {
   }
   GRADIX_HOST_DEVICE index_t pos(index_t p) const {
     coord<D::rank> d{};
-    detail::unravel_mask(d, dom_.extents(), Dep, p);
+    coords::unravel_axes(d, dom_.extents(), Dep, p);
     return ev::ax_value(get<C>(map_), d);
   }
   GRADIX_KERNEL_BODY
@@ -163,7 +164,7 @@ ready_reserve<Use> make_reserve(Use const& u, bool wanted = true) {
     for (std::size_t j = 0; j < RD; ++j)
       if (ext[j] == 0) empty = true;
     if (empty) return {{u.dom_, u.map_, 0, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 0}, false};
-    index_t const n = count_mask(ext, component_deps_v<Use, G::axis>);
+    index_t const n = coords::count(ext, component_deps_v<Use, G::axis>);
     if (n > index_t(INT32_MAX) - 2)
       ::gradix::detail::fail("gradix::grid::backward: a use writes ", n, " positions of a sparse gradient in one call (at most ",
                              INT32_MAX - 2, ")");

@@ -66,7 +66,7 @@ void validate_indices(L& l, I const* idx, index_t n, index_t stride, index_t ext
                       launch_options o = {}) {
   static_assert(std::is_integral_v<I>, "gradix::grid::validate_indices: indices must be integers");
   if (n == 0) return;
-  detail::scratch<L> flag(l, sizeof(long long));
+  detail::device_buffer<L> flag(l, sizeof(long long));
   long long const none = static_cast<long long>(PTRDIFF_MAX);
   l.copy_to_device(flag.p_, &none, sizeof none);
   using K = index_check_kernel<I>;
@@ -321,7 +321,7 @@ void scatter_rows(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, I const*
     return;
   }
   index_t const m = detail::key_count(n);
-  detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
+  detail::device_buffer<L> keys(l, std::size_t(m) * sizeof(scatter_key));
   scatter_key* const kp = keys.template as<scatter_key>();
   detail::sort_keys(l, kp, m, idx, n, stride, o);
   l.launch(shape_for(n * cols, o, l.max_threads()),

@@ -73,7 +73,7 @@ class device_sparse_rows : public device_sparse_grad<T, shape<dyn, dyn>, row_maj
     validate_indices(l, idx, n, stride, rows(), op, 0, o);
     if (n == 0) return;
     index_t const m = detail::key_count(n);
-    detail::scratch<L> keys(l, std::size_t(m) * sizeof(scatter_key));
+    detail::device_buffer<L> keys(l, std::size_t(m) * sizeof(scatter_key));
     scatter_key* const kp = keys.template as<scatter_key>();
     detail::sort_keys(l, kp, m, idx, n, stride, o);
     this->reserve_sorted(kp, n, o);

@@ -41,6 +41,7 @@
 #include "gradix/backend/grid/update_kernels.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/map.hpp"
 
@@ -68,7 +69,7 @@ struct use_work {
   using D = typename Use::domain_type;
   using V = typename Use::value_expr;
   using M = typename Use::map_type;
-  using Addr = address_of_t<G>;
+  using Addr = target_address_t<G>;
   static constexpr std::size_t RD = K::domain_rank;
   using VT = value_at_t<V, RD>;
   /// Whether the use has projected axes that v depends on (a block may sum them).
@@ -234,7 +235,7 @@ use_work<Use> idle_work(Use const& u) {
   return {u.dom_, u.v_, u.map_, nullptr, {}, 0, 0, nullptr, 0, 0, store_kind::none, false};
 }
 template <class L, class Use>
-use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, launch_options o,
+use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<device_buffer<L>>& keys, launch_options o,
                         bool presorted = false) {
   using W = use_work<Use>;
   using K = typename W::K;
@@ -247,18 +248,18 @@ use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<s
     if (ext[j] == 0) return w;
   G& g = *u.target_;
   w.data_ = g.data();
-  w.addr_ = address_of(g);
-  w.n_proj_ = count_mask(ext, A::projected);
+  w.addr_ = target_address_of(g);
+  w.n_proj_ = coords::count(ext, A::projected);
   bool const long_proj = W::may_block && w.n_proj_ >= block_proj_min && block_lanes <= l.max_threads();
   if (K::injective || mode == scatter_mode::atomic) {
-    w.n_outer_ = count_mask(ext, A::outer);
+    w.n_outer_ = coords::count(ext, A::outer);
     w.kind_ = long_proj ? store_kind::block : store_kind::thread;
     return w;
   }
   if constexpr (!K::injective) {
     constexpr std::size_t RT = K::target_rank;
-    w.n_keys_ = count_mask(ext, A::key);
-    w.n_cols_ = count_mask(ext, A::column);
+    w.n_keys_ = coords::count(ext, A::key);
+    w.n_cols_ = coords::count(ext, A::column);
     array<index_t, RT> kst = contiguous_strides<row_major>(g.shape().extents());
     for (std::size_t k = 0; k < RT; ++k)
       if (!((A::key_components >> k) & 1)) kst[k] = 0;
@@ -278,7 +279,7 @@ use_work<Use> make_work(L& l, Use const& u, scatter_mode mode, std::unique_ptr<s
       w.keys_ = kp;
     } else {
       if (!presorted) {  // (else make_sort made and sorted them in the reservation launch)
-        keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+        keys = std::make_unique<device_buffer<L>>(l, std::size_t(m) * sizeof(scatter_key));
         sort_into(keys->template as<scatter_key>());
       }
       w.keys_ = keys->template as<scatter_key>();
@@ -313,7 +314,7 @@ struct ready_sort {
   std::size_t shared;
 };
 template <class L, class Use>
-ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr<scratch<L>>& keys, bool wanted) {
+ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr<device_buffer<L>>& keys, bool wanted) {
   using K = ad::kernel_traits<Use>;
   if constexpr (K::injective) {
     return {{}, false, 0};
@@ -322,7 +323,7 @@ ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr
     using G = typename Use::storage_type;
     constexpr std::size_t RT = K::target_rank;
     auto const ext = u.dom_.extents();
-    index_t const n = count_mask(ext, A::key);
+    index_t const n = coords::count(ext, A::key);
     index_t const m = key_count(n);
     array<index_t, RT> kst{};
     ready_sort<Use> r{{u.dom_, u.map_, kst, n, m, nullptr}, false, 0};
@@ -343,7 +344,7 @@ ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr
       order_of(u)->made();
       r.k.keys_ = kp;
     } else {
-      keys = std::make_unique<scratch<L>>(l, std::size_t(m) * sizeof(scatter_key));
+      keys = std::make_unique<device_buffer<L>>(l, std::size_t(m) * sizeof(scatter_key));
       r.k.keys_ = keys->template as<scatter_key>();
     }
     r.k.kst_ = kst;
@@ -361,7 +362,7 @@ ready_sort<Use> make_sort(L& l, Use const& u, scatter_mode mode, std::unique_ptr
 /// column coordinate.
 template <class L, class Use>
 void run(L& l, Use const& u, scatter_mode mode, launch_options o = {}) {
-  std::unique_ptr<detail::scratch<L>> keys;
+  std::unique_ptr<detail::device_buffer<L>> keys;
   auto const w = detail::make_work(l, u, mode, keys, o);
   using W = std::remove_cvref_t<decltype(w)>;
   using VT = typename W::VT;

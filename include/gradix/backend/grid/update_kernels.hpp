@@ -24,6 +24,7 @@
 #include "gradix/backend/grid/scatter.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/map.hpp"
 
@@ -36,66 +37,6 @@ namespace gradix::grid {
 namespace detail {
 
 GRADIX_HOST_DEVICE constexpr std::uint64_t bit(std::size_t j) { return std::uint64_t(1) << j; }
-
-/// Sets the coordinates of d on the axes in mask to the k-th point of their row-major odometer
-/// (the last axis fastest, as the host's next_coord).
-template <std::size_t R>
-GRADIX_HOST_DEVICE constexpr void unravel_mask(coord<R>& d, array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
-  for (std::size_t j = R; j-- > 0;) {
-    if (!((mask >> j) & 1)) continue;
-    d[j] = k % ext[j];
-    k /= ext[j];
-  }
-}
-/// unravel_mask with axis F fastest (when F >= 0 and in mask), then the others of mask in
-/// row-major order: threads next to each other then reach elements next to each other along
-/// F.
-template <int F, std::size_t R>
-GRADIX_HOST_DEVICE constexpr void unravel_mask_fast(coord<R>& d, array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
-  if constexpr (F >= 0 && std::size_t(F) < R) {
-    if ((mask >> F) & 1) {
-      d[F] = k % ext[F];
-      k /= ext[F];
-      mask &= ~(std::uint64_t(1) << F);
-    }
-  }
-  unravel_mask(d, ext, mask, k);
-}
-/// The number of points over the axes in mask.
-template <std::size_t R>
-constexpr index_t count_mask(array<index_t, R> const& ext, std::uint64_t mask) {
-  index_t n = 1;
-  for (std::size_t j = 0; j < R; ++j)
-    if ((mask >> j) & 1) n *= ext[j];
-  return n;
-}
-
-/// The offset of a target coordinate in a storage: strides, and along a sparse storage's axis
-/// the slot map (device pointers, copied into the kernel).
-template <std::size_t R, bool Sparse, std::size_t SAxis>
-struct target_address {
-  array<index_t, R> st_;
-  std::int32_t const* slots_;
-  GRADIX_HOST_DEVICE constexpr index_t offset(coord<R> const& t) const {
-    index_t off = 0;
-    for (std::size_t k = 0; k < R; ++k) {
-      index_t x = t[k];
-      if constexpr (Sparse) {
-        if (k == SAxis) x = slots_[x];
-      }
-      off += x * st_[k];
-    }
-    return off;
-  }
-};
-template <class G>
-using address_of_t = target_address<G::rank, G::sparse, G::axis>;
-template <class G>
-address_of_t<G> address_of(G const& g) {
-  address_of_t<G> a{g.strides(), nullptr};
-  if constexpr (G::sparse) a.slots_ = g.slot_map();
-  return a;
-}
 
 /// The axes of a use's domain, by role (see backend/grid/update.hpp's file comment), as masks.
 template <class Use>
@@ -151,7 +92,7 @@ GRADIX_HOST_DEVICE T outer_value(VE const& vev, coord<R>& d, array<index_t, R> c
     using VT = std::remove_cvref_t<decltype(vev(d))>;
     VT acc{};
     for (index_t p = 0; p < n_proj; ++p) {
-      unravel_mask(d, ext, P, p);
+      coords::unravel_axes(d, ext, P, p);
       acc += vev(d);
     }
     return T(acc);
@@ -181,7 +122,7 @@ struct update_kernel {
     auto const ext = dom_.extents();
     for (index_t k = grid_first(c); k < n_outer_; k += grid_step(c)) {
       coord<RD> d{};
-      detail::unravel_mask_fast<Fast>(d, ext, outer, k);
+      coords::unravel_axes_fast<Fast>(d, ext, outer, k);
       T const s = detail::outer_value<T, P, Collapse>(vev, d, ext, n_proj_);
       index_t const off = addr_.offset(ev::map_value(map_, d));
       if constexpr (Atomic) c.atomic_add(data_ + off, s);
@@ -215,8 +156,8 @@ GRADIX_HOST_DEVICE VT block_projected_sum(Ctx const& c, VT* sh, VE const& vev, c
     // (a mixed-radix addition, no division), and groups of 8 values are loaded before they
     // are added, in order
     coord<R> step{};
-    if (n_proj > block_lanes) unravel_mask(step, ext, P, block_lanes);
-    unravel_mask(d, ext, P, t);
+    if (n_proj > block_lanes) coords::unravel_axes(step, ext, P, block_lanes);
+    coords::unravel_axes(d, ext, P, t);
     constexpr index_t group = 8;
     for (index_t p0 = t; p0 < n_proj; p0 += group * block_lanes) {
       VT v[group];
@@ -224,7 +165,7 @@ GRADIX_HOST_DEVICE VT block_projected_sum(Ctx const& c, VT* sh, VE const& vev, c
       for (index_t q = 0; q < group; ++q) {
         if (p0 + q * block_lanes < n_proj) {
           v[q] = vev(d);
-          advance<P, R>(d, ext, step);
+          coords::advance<-1>(d, ext, P, step);
         }
       }
       GRADIX_DEVICE_UNROLL
@@ -280,7 +221,7 @@ struct update_block_kernel {
     VT* const sh = c.template shared<VT>();
     for (index_t k = c.block(); k < n_outer_; k += c.blocks()) {
       coord<RD> d{};
-      detail::unravel_mask(d, ext, outer, k);
+      coords::unravel_axes(d, ext, outer, k);
       T const v = T(detail::block_projected_sum<P>(c, sh, vev, d, ext, n_proj_));
       if (c.thread() == 0) {
         index_t const off = addr_.offset(ev::map_value(map_, d));  // (m ignores projected axes)
@@ -299,7 +240,7 @@ template <std::uint64_t Key, class D, class M, std::size_t RT>
 GRADIX_HOST_DEVICE scatter_key use_key(D const& dom, M const& map, array<index_t, RT> const& kst, index_t n, index_t r) {
   if (r >= n) return scatter_key{index_t(PTRDIFF_MAX), r};
   coord<D::rank> d{};
-  unravel_mask(d, dom.extents(), Key, r);
+  coords::unravel_axes(d, dom.extents(), Key, r);
   auto const t = ev::map_value(map, d);
   index_t key = 0;
   for (std::size_t k = 0; k < RT; ++k) key += t[k] * kst[k];
@@ -379,12 +320,12 @@ struct use_segment_kernel {
       index_t const t = keys_[s].target;
       if (s > 0 && keys_[s - 1].target == t) continue;
       coord<RD> d{};
-      detail::unravel_mask(d, ext, Col, col);
-      detail::unravel_mask(d, ext, Key, keys_[s].pos);
+      coords::unravel_axes(d, ext, Col, col);
+      coords::unravel_axes(d, ext, Key, keys_[s].pos);
       index_t const off = addr_.offset(ev::map_value(map_, d));
       T acc = T(0);
       for (index_t r = s; r < n_keys_ && keys_[r].target == t; ++r) {
-        detail::unravel_mask(d, ext, Key, keys_[r].pos);
+        coords::unravel_axes(d, ext, Key, keys_[r].pos);
         acc += detail::outer_value<T, P, Collapse>(vev, d, ext, n_proj_);
       }
       data_[off] += acc;
@@ -423,14 +364,14 @@ struct use_segment_block_kernel {
       index_t const tg = keys_[s].target;
       if (s > 0 && keys_[s - 1].target == tg) continue;  // the same for the whole block
       coord<RD> d{};
-      detail::unravel_mask(d, ext, Col, col);
+      coords::unravel_axes(d, ext, Col, col);
       VT seg{};
       for (index_t r = s; r < n_keys_ && keys_[r].target == tg; ++r) {
-        detail::unravel_mask(d, ext, Key, keys_[r].pos);
+        coords::unravel_axes(d, ext, Key, keys_[r].pos);
         seg += detail::block_projected_sum<P>(c, sh, vev, d, ext, n_proj_);  // in key order
       }
       if (c.thread() == 0) {
-        detail::unravel_mask(d, ext, Key, keys_[s].pos);
+        coords::unravel_axes(d, ext, Key, keys_[s].pos);
         data_[addr_.offset(ev::map_value(map_, d))] += T(seg);
       }
     }

@@ -12,6 +12,7 @@
 
 #include "gradix/backend/grid/scatter.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/take.hpp"
 #include "gradix/expr/bag.hpp"
@@ -72,7 +73,7 @@ struct positions_check_kernel {
     auto const ext = p_.shape().extents();
     index_t const size = p_.shape().size();
     for (index_t k = grid_first(c); k < size; k += grid_step(c)) {
-      I const v = pe(unravel(ext, k));
+      I const v = pe(coords::unravel(ext, k));
       bool ok;
       if constexpr (std::is_signed_v<I>) ok = v >= 0 && static_cast<long long>(v) < static_cast<long long>(n_);
       else ok = static_cast<unsigned long long>(v) < static_cast<unsigned long long>(n_);
@@ -90,7 +91,7 @@ struct position_at_kernel {
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    if (grid_first(c) == 0) *out_ = static_cast<long long>(ev::evaluator<P>(p_)(unravel(p_.shape().extents(), k_)));
+    if (grid_first(c) == 0) *out_ = static_cast<long long>(ev::evaluator<P>(p_)(coords::unravel(p_.shape().extents(), k_)));
   }
 };
 }  // namespace detail
@@ -105,7 +106,7 @@ void validate_positions(L& l, N const& n, launch_options o = {}) {
   index_t const size = n.pos_.shape().size();
   if (size == 0) return;
   index_t const extent = n.arg_.shape().extent(N::axis);
-  detail::scratch<L> flag(l, 2 * sizeof(long long));
+  detail::device_buffer<L> flag(l, 2 * sizeof(long long));
   long long const none = static_cast<long long>(PTRDIFF_MAX);
   l.copy_to_device(flag.p_, &none, sizeof none);
   long long* const fb = flag.template as<long long>();
@@ -116,7 +117,7 @@ void validate_positions(L& l, N const& n, launch_options o = {}) {
   l.launch(launch_shape{1, 1, 0}, detail::position_at_kernel<P>{n.pos_, index_t(first), fb + 1});
   long long v = 0;
   l.copy_to_host(&v, fb + 1, sizeof v);
-  coord<R> const c = unravel(n.pos_.shape().extents(), index_t(first));
+  coord<R> const c = coords::unravel(n.pos_.shape().extents(), index_t(first));
   ::gradix::detail::fail("gradix::take_along: position ", v, " at ", ::gradix::detail::extents_to_string(c.begin(), R),
                          " is out of range for axis ", N::axis, " of extent ", extent);
 }
@@ -129,7 +130,7 @@ void validate_offsets(L& l, N const& n, launch_options o = {}) {
   using I = typename std::remove_cvref_t<decltype(n.idx_)>::index_type;
   index_t const nb = n.idx_.size_, len = n.arg_.shape().extent(0);
   if (nb == 0) return;
-  detail::scratch<L> flag(l, sizeof(long long));
+  detail::device_buffer<L> flag(l, sizeof(long long));
   long long const none = static_cast<long long>(PTRDIFF_MAX);
   l.copy_to_device(flag.p_, &none, sizeof none);
   l.launch(shape_for(nb, o, l.max_threads()), detail::offsets_check_kernel<I>{n.idx_, len, flag.template as<long long>()});

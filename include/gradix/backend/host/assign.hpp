@@ -8,6 +8,7 @@
 
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/eval/elementwise.hpp"
@@ -26,12 +27,7 @@ constexpr void for_each_run(array<index_t, R> const& ext, index_t f0, index_t f1
   index_t n_in = ext[A];
   if (n_in == 0 || f0 >= f1) return;
   index_t row = f0 / n_in, off = f0 % n_in;
-  coord<R> c{};
-  for (std::size_t j = R; j-- > 0;) {
-    if (j == A) continue;
-    c[j] = row % ext[j];
-    row /= ext[j];
-  }
+  coord<R> c = coords::unravel(ext, coords::all_but<R>(A), row);
   index_t fl = f0;
   while (fl < f1) {
     index_t len = n_in - off < f1 - fl ? n_in - off : f1 - fl;
@@ -39,11 +35,7 @@ constexpr void for_each_run(array<index_t, R> const& ext, index_t f0, index_t f1
     f(c, len);
     fl += len;
     off = 0;
-    for (std::size_t j = R; j-- > 0;) {
-      if (j == A) continue;
-      if (++c[j] < ext[j]) break;
-      c[j] = 0;
-    }
+    coords::next(c, ext, coords::all_but<R>(A));
   }
 }
 

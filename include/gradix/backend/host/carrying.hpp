@@ -156,7 +156,7 @@ bool run_carrying_argmax(Use const& u, Root const& root, value_type_t<Root>* par
   ev::evaluator<F> const fev(root.arg_);
   ev::evaluator<V> const vev(u.v_);
   auto const map = u.map_;
-  target_addressing<G> const addr(*u.target_);
+  auto const addr = target_address_of(*u.target_);
   T* const data = u.target_->data();
   index_t const len = fev.count();  // elements per arg-max search
   auto range = [&](index_t a, index_t b) {
@@ -204,7 +204,7 @@ bool run_carrying_plain(Use const& u, Root const& root, value_type_t<Root>* part
   if (n != root.arg_.shape().extents()[0]) return false;
   if (u.target_->strides()[TU] * get<TU>(u.map_).scale_ != 1) return false;
   if (n == 0) return true;
-  detail::target_addressing<G> const addr(*u.target_);
+  auto const addr = target_address_of(*u.target_);
   T* const base = u.target_->data() + addr.offset(ev::map_value(u.map_, coord<1>{}));
   if constexpr (detail::top_in_f_v<F, Use>) {
     auto const& tm = get<0>(ad::region_at_map(u.v_).map_);

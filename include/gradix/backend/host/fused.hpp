@@ -28,6 +28,7 @@
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/backend/host/update_plain.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/reduce.hpp"
@@ -210,8 +211,8 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
   ev::evaluator<V> const vev(ua.v_);
   auto const map_a = ua.map_;
   auto const map_b = ub.map_;
-  detail::target_addressing<GA> const addr_a(*ua.target_);
-  detail::target_addressing<GB> const addr_b(*ub.target_);
+  auto const addr_a = target_address_of(*ua.target_);
+  auto const addr_b = target_address_of(*ub.target_);
   TA* const data_a = ua.target_->data();
   TB* const data_b = ub.target_->data();
 
@@ -309,7 +310,7 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
           if constexpr (WV) lanes.run_copy(lacc, fev.template outer<I>(d), static_in);
         }
         ++k;
-      } while (detail::next_coord(d, ext, PA));
+      } while (coords::next(d, ext, PA));
       if constexpr (PA != 0) {
         GRADIX_UNROLL(16)
         for (int q = 0; q < NQ; ++q) simd::store<TA, W>(tpa + q * W, simd::load<TA, W>(tpa + q * W) + tile[q]);
@@ -349,11 +350,11 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
         for (int i = 0; i < n_row; ++i) add(i);
 #endif
         ++k;
-      } while (detail::next_coord(d, ext, PA));
+      } while (coords::next(d, ext, PA));
       if constexpr (PA != 0)
         for (int i = 0; i < n_row; ++i) tpa[i] += atile[i];
     }
-  } while (detail::next_coord(d, ext, PB));
+  } while (coords::next(d, ext, PB));
 #if defined(GRADIX_HAS_VECTOR_EXT)
   if constexpr (reg && PA == 0) {
     GRADIX_UNROLL(16)
@@ -369,7 +370,7 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
     TB const* const rk = rows + k * n_in;
     for (int i = 0; i < n_row; ++i) tpb[i * tsb] += rk[i];
     ++k;
-  } while (detail::next_coord(e, ext, PA));
+  } while (coords::next(e, ext, PA));
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/bag.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -203,12 +204,7 @@ constexpr void argmax_values(N const& n, index_t* arg) {
   auto ext = n.shape().extents();
   auto fill = [&](index_t a, index_t b) {
     for (index_t k = a; k < b; ++k) {
-      coord<RO> o{};
-      index_t rem = k;
-      for (std::size_t j = RO; j-- > 0;) {
-        o[j] = rem % ext[j];
-        rem /= ext[j];
-      }
+      coord<RO> const o = coords::unravel(ext, k);
       auto c = ev::argmax_coord(eva, o);
       std::size_t q = 0;
       for (std::size_t j = 0; j < E::in_rank; ++j)

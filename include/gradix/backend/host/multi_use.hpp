@@ -18,6 +18,7 @@
 #include "gradix/backend/host/scratch.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/map.hpp"
@@ -155,14 +156,13 @@ constexpr void run_serial(ad::multi_use<I, Top, TMap, V0, U...> const& mu) {
     std::size_t k = 0;
     for_each_element(mu.uses_, [&](auto const& u) {
       if (u.target_) {
-        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
-        detail::target_addressing<G> const addr(*u.target_);
+        auto const addr = target_address_of(*u.target_);
         T x = P::negative[k] ? T(-out[k]) : out[k];
         u.target_->data()[addr.offset(ev::map_value(u.map_, d))] += x;
       }
       ++k;
     });
-  } while (detail::next_coord(d, ext, ad::all_axes_v<RD>));
+  } while (coords::next(d, ext, ad::all_axes_v<RD>));
 }
 
 namespace detail {
@@ -258,10 +258,9 @@ bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unu
     {
       std::size_t k = 0;
       for_each_element(mu.uses_, [&](auto const& u) {
-        using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
         dst[k] = !data[k] ? nullptr
                  : part[k] ? blk + poff[k]
-                           : data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, o));
+                           : data[k] + target_address_of(*u.target_).offset(ev::map_value(u.map_, o));
         ++k;
       });
     }
@@ -358,7 +357,7 @@ bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unu
       strides();
       coord<RD> o{};
       do body(o, 0, n_in, nullptr);
-      while (detail::next_coord(o, ext, O));
+      while (coords::next(o, ext, O));
       return true;
     }
     if (parallel && n_outer == 1) {
@@ -370,16 +369,16 @@ bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unu
     if (!parallel || n_outer < 2) {
       coord<RD> o{};
       do body(o, 0, n_in, nullptr);
-      while (detail::next_coord(o, ext, O));
+      while (coords::next(o, ext, O));
       return true;
     }
     parallel_ranges(
         n_outer,
         [&](index_t a, index_t b) {
-          coord<RD> o = detail::nth_coord(ext, O, a);
+          coord<RD> o = coords::unravel(ext, O, a);
           for (index_t k = a; k < b; ++k) {
             body(o, 0, n_in, nullptr);
-            detail::next_coord(o, ext, O);
+            coords::next(o, ext, O);
           }
         },
         std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
@@ -392,10 +391,10 @@ bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unu
     for (index_t q = 0; q < stride; ++q) blk[q] = T(0);
     if (z.by_outer) {
       index_t const a = n_outer * b / nb, e = n_outer * (b + 1) / nb;
-      coord<RD> o = detail::nth_coord(ext, O, a);
+      coord<RD> o = coords::unravel(ext, O, a);
       for (index_t k = a; k < e; ++k) {
         body(o, 0, n_in, blk);
-        detail::next_coord(o, ext, O);
+        coords::next(o, ext, O);
       }
     } else {
       index_t const a = b * z.chunk, e = a + z.chunk < n_in ? a + z.chunk : n_in;
@@ -407,8 +406,7 @@ bool run_multi_axes(ad::multi_use<I, Top, TMap, V0, U...> const& mu, [[maybe_unu
   std::size_t k = 0;
   for_each_element(mu.uses_, [&](auto const& u) {
     if (part[k] && data[k]) {
-      using G = typename std::remove_cvref_t<decltype(u)>::storage_type;
-      T* const t = data[k] + detail::target_addressing<G>(*u.target_).offset(ev::map_value(u.map_, coord<RD>{}));
+      T* const t = data[k] + target_address_of(*u.target_).offset(ev::map_value(u.map_, coord<RD>{}));
       index_t const len = P::kind[k] == member_kind::row ? n_in : 1;
       index_t const ts = tst[k];
       for (index_t i = 0; i < len; ++i) {

@@ -27,6 +27,7 @@
 #include "gradix/backend/host/scratch.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/evaluator.hpp"
@@ -41,28 +42,6 @@
 namespace gradix::host {
 
 namespace detail {
-
-/// Odometer over the axes in Mask of a domain (other coordinates left as they are).
-template <std::size_t R>
-GRADIX_ALWAYS_INLINE constexpr bool next_coord(coord<R>& c, array<index_t, R> const& ext, std::uint64_t mask) {
-  for (std::size_t j = R; j-- > 0;) {
-    if (!((mask >> j) & 1)) continue;
-    if (++c[j] < ext[j]) return true;
-    c[j] = 0;
-  }
-  return false;
-}
-/// Coordinate of the k-th element of the odometer over Mask.
-template <std::size_t R>
-coord<R> nth_coord(array<index_t, R> const& ext, std::uint64_t mask, index_t k) {
-  coord<R> c{};
-  for (std::size_t j = R; j-- > 0;) {
-    if (!((mask >> j) & 1)) continue;
-    c[j] = k % ext[j];
-    k /= ext[j];
-  }
-  return c;
-}
 
 /// A map component that is idx(off + scale * d[J]) for a plain index vector.
 template <class C>
@@ -80,29 +59,6 @@ template <class C>
 struct is_reshape_ax : std::false_type {};
 template <class M, std::size_t K, std::size_t RO, std::size_t RI>
 struct is_reshape_ax<ad::ax_reshape<M, K, RO, RI>> : std::true_type {};
-
-/// A storage's addressing, copied into locals: strides and, when sparse, the slot map.
-template <class G>
-struct target_addressing {
-  array<index_t, G::rank> st_;
-  std::int32_t const* slots_;
-  constexpr explicit target_addressing(G const& g) : st_(g.strides()), slots_(nullptr) {
-    if constexpr (G::sparse) slots_ = g.slot_map();
-  }
-  /// Offset of target coordinate t (through the slot map along the sparse axis).
-  template <std::size_t R>
-  GRADIX_ALWAYS_INLINE constexpr index_t offset(coord<R> const& t) const {
-    index_t off = 0;
-    for (std::size_t k = 0; k < R; ++k) {
-      index_t x = t[k];
-      if constexpr (G::sparse) {
-        if (k == G::axis) x = slots_[x];
-      }
-      off += x * st_[k];
-    }
-    return off;
-  }
-};
 
 }  // namespace detail
 
@@ -160,7 +116,7 @@ constexpr void prepare(Use const& u) {
       coord<RD> d{};
       do {
         g.touch(ev::ax_value(comp, d));
-      } while (detail::next_coord(d, ext, mask));
+      } while (coords::next(d, ext, mask));
     }
   }
 }
@@ -258,7 +214,7 @@ void run(Use const& u) {
   ev::evaluator<V> const vev(u.v_);
   auto const map = u.map_;
   G const& g = *u.target_;
-  detail::target_addressing<G> const addr(g);
+  auto const addr = target_address_of(g);
   T* const data = u.target_->data();
   index_t const tstride = [&] {
     if constexpr (I >= 0) {
@@ -301,7 +257,7 @@ void run(Use const& u) {
           index_t i = 0;
           for (; i + W <= nj; i += W) s += ev::pack_as<T, W>(in, i);
           for (; i < nj; ++i) tail += T(in.elem(i));
-        } while (detail::next_coord(d, ext, P2));
+        } while (coords::next(d, ext, P2));
         T acc{};
         for (int w = 0; w < W; ++w) acc += s[w];
         *tp += acc + tail;
@@ -309,7 +265,7 @@ void run(Use const& u) {
         VT acc{};
         coord<RD> d = o;
         do acc += vev(d);
-        while (detail::next_coord(d, ext, P));
+        while (coords::next(d, ext, P));
         *tp += T(acc);
 #endif
       }
@@ -364,7 +320,7 @@ void run(Use const& u) {
             }
 #endif
             for (index_t q = 0; q < len; ++q) acc[q] += T(in.elem(t0 + q));
-          } while (detail::next_coord(d, ext, P));
+          } while (coords::next(d, ext, P));
           for (index_t q = 0; q < len; ++q) tp[(t0 + q) * ts] += acc[q];
         }
       }
@@ -391,17 +347,17 @@ void run(Use const& u) {
   if (!detail::runs_parallel(sizes) || (!K::injective && !order)) {
     coord<RD> o{};
     do body(o);
-    while (detail::next_coord(o, ext, O));
+    while (coords::next(o, ext, O));
     return;
   }
   if constexpr (K::injective) {
     parallel_ranges(
         n_outer,
         [&](index_t a, index_t b) {
-          coord<RD> o = detail::nth_coord(ext, O, a);
+          coord<RD> o = coords::unravel(ext, O, a);
           for (index_t k = a; k < b; ++k) {
             body(o);
-            detail::next_coord(o, ext, O);
+            coords::next(o, ext, O);
           }
         },
         std::max<index_t>(1, parallel_min_elements / std::max<index_t>(1, n_in)));
@@ -413,7 +369,7 @@ void run(Use const& u) {
       do {
         order[k] = {addr.offset(ev::map_value(map, o)), k};
         ++k;
-      } while (detail::next_coord(o, ext, O));
+      } while (coords::next(o, ext, O));
     }
     std::sort(order, order + n_outer);  // ties by outer index: a stable order
     index_t tasks = std::min<index_t>(n_outer, index_t(tp.size()) * 4);
@@ -422,7 +378,7 @@ void run(Use const& u) {
       // move both ends forward to the start of a target position's group
       while (a > 0 && a < n_outer && order[a].first == order[a - 1].first) ++a;
       while (b > 0 && b < n_outer && order[b].first == order[b - 1].first) ++b;
-      for (index_t k = a; k < b; ++k) body(detail::nth_coord(ext, O, order[k].second));
+      for (index_t k = a; k < b; ++k) body(coords::unravel(ext, O, order[k].second));
     };
     tp.run(tasks, task);
   }
@@ -449,11 +405,11 @@ constexpr void run_serial(Use const& u) {
   for (std::size_t j = 0; j < RD; ++j)
     if (ext[j] == 0) return;
   ev::evaluator<typename Use::value_expr> const vev(u.v_);
-  detail::target_addressing<G> const addr(*u.target_);
+  auto const addr = target_address_of(*u.target_);
   T* const data = u.target_->data();
   coord<RD> d{};
   do data[addr.offset(ev::map_value(u.map_, d))] += T(vev(d));
-  while (detail::next_coord(d, ext, all_mask));
+  while (coords::next(d, ext, all_mask));
 }
 template <class U1, class U2>
 constexpr void run_serial(ad::fused_use<U1, U2> const& f) {

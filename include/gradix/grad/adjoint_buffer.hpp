@@ -1,10 +1,16 @@
 #pragma once
 /// \file
-/// The target of an update kernel that writes into a call's workspace instead of a
-/// parameter's gradient: the adjoint of a matrix product, materialised so that its backward
-/// can be two products (docs/ad.md, "Matrix products"). It presents the same target as dense
+/// An adjoint buffer: the target of an update kernel that writes into a call's workspace
+/// instead of a parameter's gradient: the adjoint of a kept node (a matrix product, a let's
+/// operand, a row node's output), materialised so that its own backward can read it whole
+/// (docs/ad.md, "Matrix products", "Shared values"). It presents the same target as dense
 /// storage (data, strides, shape) and tracks nothing: the call clears it before its kernels
 /// run and drops it when it returns.
+///
+/// The library's four kinds of temporary memory, one name each: the call's workspace
+/// (exec/workspace.hpp: kept values and these adjoint buffers), the host kernels' per-thread
+/// scratch (backend/host/scratch.hpp: rows a fused kernel holds), and the grid's
+/// device_buffer (backend/grid/reduce.hpp: a flag or sort keys for one launch).
 
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
@@ -15,7 +21,7 @@ namespace gradix {
 
 /// A row-major buffer of shape S in a call's workspace, as an update kernel's target.
 template <class T, class S>
-class workspace_grad {
+class adjoint_buffer {
  public:
   using value_type = T;
   using shape_type = S;
@@ -24,8 +30,8 @@ class workspace_grad {
   static constexpr bool sparse = false;
   static constexpr int unit_axis = rank == 0 ? -1 : int(rank) - 1;
 
-  constexpr workspace_grad() = default;
-  constexpr workspace_grad(T* data, S s) : data_(data), shape_(s), strides_(contiguous_strides<row_major>(s.extents())) {}
+  constexpr adjoint_buffer() = default;
+  constexpr adjoint_buffer(T* data, S s) : data_(data), shape_(s), strides_(contiguous_strides<row_major>(s.extents())) {}
 
   constexpr S const& shape() const { return shape_; }
   constexpr T* data() const { return data_; }
