@@ -2,7 +2,8 @@
 // grid::executor (exec/save.hpp, exec/run.hpp, exec/elements.hpp), through the grid emulator,
 // against the host backward of the same expressions. Matrix products (the launcher's gemm),
 // softmax and log_softmax rows, layer norm, gx::let, a reduction broadcast back (a staged
-// value) and a whole MLP step; values and gradients to rounding (the device sums a row in
+// value), a whole MLP step, and the tutorial's model (examples/tutorial.cpp) trained for 12
+// steps by lazy Adam on both; values and gradients to rounding (the device sums a row in
 // index order, the host in SIMD lanes; products agree to the gemm's rounding), for every
 // launch configuration of the suite, and grad() beside backward(). Suite `emulator`.
 #include "cuda/device_test_util.hpp"
@@ -11,12 +12,16 @@
 #include <gradix/backend/grid/backward.hpp>
 #include <gradix/backend/grid/memory.hpp>
 #include <gradix/backend/grid/param.hpp>
+#include <gradix/device.hpp>
 #include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gx = gradix;
 namespace grid = gradix::grid;
@@ -200,5 +205,74 @@ TEST_CASE("device models: embedding_bag with device tokens and offsets (a text c
       CHECK(want == "gradix::embedding_bag: offsets[2] = 3 is below offsets[1] = 4 (offsets must not decrease)");
       CHECK(max_rel(dw.grad().download(), before) == 0);
     }
+  }
+}
+
+TEST_CASE("device models: the tutorial's model trained end to end (embedding_bag, product, bias, cross_entropy, lazy Adam)") {
+  // examples/tutorial.cpp's classifier of bags of tokens (fewer bags, double): a sparse table
+  // trained by lazy Adam, a dense layer and a bias by Adam's update, 12 steps on the host and
+  // on the device from the same start; losses and parameters after every step, then the
+  // accuracy expression (an arg-max compared with the labels) evaluated on the device.
+  index_t const V = 40, D = 8, C = 2, N = 60, L = 5;
+  auto const draw = gx::uniform<T>(gx::dims(N, L), 11, 0.0, double(V));
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(N * L));
+  std::vector<std::int32_t> off(static_cast<std::size_t>(N));
+  gx::tensor<std::int64_t, gx::shape<gx::dyn>> hy(gx::dims(N));
+  for (index_t n = 0; n < N; ++n) {
+    int yes = 0;
+    for (index_t k = 0; k < L; ++k) {
+      auto const t = std::int32_t(draw(n, k));
+      tok[std::size_t(n * L + k)] = t;
+      yes += t >= V / 2;
+    }
+    off[std::size_t(n)] = std::int32_t(n * L);
+    hy(n) = yes > L / 2 ? 1 : 0;
+  }
+  auto const htok = index_tensor(tok);
+  auto const hoff = index_tensor(off);
+  auto const he = gx::randn<T>(gx::dims(V, D), 2, 0.0, 0.1);
+  auto const hw = gx::randn<T>(gx::dims(D, C), 3, 0.0, 0.5);
+  auto const hb = gx::randn<T>(gx::dims(C), 4, 0.0, 0.1);
+  for (config c : {configs[0], configs[2]}) {
+    INFO("threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle);
+    launcher l = make_launcher(c);
+    {
+      auto pe = gx::param(he, gx::sparse_grad<0>);  // the same start for each configuration
+      auto pw = gx::param(hw);
+      auto pb = gx::param(hb);
+      gx::optim::lazy_adam hopt2({.lr = 0.05}, pe, pw, pb);
+      auto hlogits = [&] { return gx::matmul(gx::embedding_bag(pe, htok, hoff, gx::bag_mode::mean), pw) + pb; };
+      auto dtok = to_device(l, htok);
+      auto doff = to_device(l, hoff);
+      auto dy = to_device(l, hy);
+      auto de = grid::param(to_device(l, he), gx::sparse_grad<0>);
+      auto dw = grid::param(to_device(l, hw));
+      auto db = grid::param(to_device(l, hb));
+      gx::optim::lazy_adam dopt({.lr = 0.05}, de, dw, db);
+      auto dlogits = [&] { return gx::matmul(gx::embedding_bag(de, dtok.view(), doff.view(), gx::bag_mode::mean), dw) + db; };
+      grid::backward_options const o{mode::atomic, {c.threads, c.max_blocks}};
+      T first = 0, last = 0;
+      for (int step = 0; step < 12; ++step) {
+        INFO("step " << step);
+        hopt2.zero_grad();
+        T const hv = gx::backward(gx::cross_entropy(hlogits(), hy));
+        hopt2.step();
+        dopt.zero_grad();
+        T const dv = grid::backward(l, gx::cross_entropy(dlogits(), dy.view()), o);
+        dopt.step();
+        CHECK(std::abs(dv - hv) <= 1e-10 * (1 + std::abs(hv)));
+        CHECK(max_rel(de.value().download(), pe.value()) <= 1e-10);
+        CHECK(max_rel(dw.value().download(), pw.value()) <= 1e-10);
+        CHECK(max_rel(db.value().download(), pb.value()) <= 1e-10);
+        if (step == 0) first = hv;
+        last = hv;
+      }
+      CHECK(last < first);  // it trains
+      T const hacc = gx::value(gx::mean(gx::cast<T>(gx::argmax<1>(hlogits()) == hy)));
+      T const dacc = grid::value(l, gx::mean(gx::cast<T>(gx::argmax<1>(dlogits()) == dy.view())));
+      CHECK(dacc == hacc);
+      CHECK(hacc > 0.5);
+    }
+    CHECK(l.live_allocations() == 0);
   }
 }
