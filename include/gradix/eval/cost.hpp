@@ -11,6 +11,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/expr/reduce.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -30,16 +31,15 @@ template <class N>
 constexpr std::size_t code_cost_of() {
   if constexpr (is_reduce_node<N>::value) {
     return 4;  // an out-of-line call
-  } else if constexpr (requires(N const& n) { n.lhs_; n.rhs_; }) {
-    return 1 + code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>> +
-           code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>;
   } else if constexpr (requires(N const& n) { n.top_; }) {
-    // a path derivative evaluates its region once, values and partials
+    // (AD nodes, ad/value.hpp) a path derivative evaluates its region once, values and partials
     return 2 * code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().top_)>>;
   } else if constexpr (requires(N const& n) { n.sub_; }) {
     return code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().sub_)>>;
-  } else if constexpr (requires(N const& n) { n.arg_; }) {
-    return 1 + code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>;
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {  // expression nodes: the operand protocol
+    return 1 + code_cost_v<gradix::detail::value_operand_t<0, N>> + code_cost_v<gradix::detail::value_operand_t<1, N>>;
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {
+    return 1 + code_cost_v<gradix::detail::value_operand_t<0, N>>;
   } else if constexpr (requires(N const& n) { n.v_; }) {
     return code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().v_)>>;
   } else {
