@@ -42,7 +42,9 @@ index_t flat(coord<R> const& c, array<index_t, R> const& ext, std::uint64_t mask
   index_t k = 0;
   for (std::size_t j = 0; j < R; ++j)
     if (((mask >> j) & 1) && int(j) != F) k = k * ext[j] + c[j];
-  if (F >= 0 && std::size_t(F) < R && ((mask >> F) & 1)) k = k * ext[std::size_t(F)] + c[std::size_t(F)];
+  if constexpr (F >= 0 && std::size_t(F) < R) {
+    if ((mask >> F) & 1) k = k * ext[std::size_t(F)] + c[std::size_t(F)];
+  }
   return k;
 }
 }  // namespace

@@ -44,6 +44,7 @@
 #include "gradix/core/coords.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/map.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -27,6 +27,7 @@
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/reduce.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <algorithm>
 #include <cstddef>

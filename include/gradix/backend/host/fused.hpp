@@ -32,6 +32,7 @@
 #include "gradix/core/simd.hpp"
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/reduce.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -24,6 +24,7 @@
 #include "gradix/eval/map.hpp"
 #include "gradix/eval/reduce.hpp"
 #include "gradix/eval/sweep.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <cstdint>
 #include <tuple>

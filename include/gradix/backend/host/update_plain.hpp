@@ -32,6 +32,7 @@
 #include "gradix/eval/cost.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/eval/map.hpp"
+#include "gradix/grad/storage.hpp"
 
 #include <algorithm>
 #include <cstdint>
