@@ -7,8 +7,8 @@
 /// includes the parts, in the order their declarations need:
 ///
 ///   scratch.hpp       the per-thread scratch arena
-///   update_plain.hpp  plain uses: the loop nest, owner-computes threads; the shared odometer
-///                     and target addressing
+///   update_plain.hpp  plain uses: the loop nest, owner-computes threads (the odometer and
+///                     the target addressing: core/coords.hpp, grad/storage.hpp)
 ///   loss_block.hpp    one block of the summation scheme, computed by a kernel as it goes
 ///   multi_use.hpp     several uses of one elementwise region: one reverse sweep per element
 ///   plan_facts.hpp    which plan elements carry the loss value (types only)

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// Host update kernels of plain uses: run one `use` of a backward plan. For every d of the
-/// use's domain D, add v(d) to the gradient at m(d). Also the helpers every host update kernel
-/// shares (the odometer over masked domain axes, a storage's addressing with its slot map),
-/// and the pre-pass and serial forms of a fused pair (its two uses one after the other; its
+/// use's domain D, add v(d) to the gradient at m(d). (The odometer over masked domain axes is
+/// core/coords.hpp's, a storage's addressing grad/storage.hpp's target_address, shared with
+/// the grid.) Also the map helpers the host's update kernels share, and the pre-pass and
+/// serial forms of a fused pair (its two uses one after the other; its
 /// one-nest kernel is backend/host/fused.hpp).
 ///
 /// Loop nest (from the kernel's type, ad::kernel_traits in ad/kernel.hpp): the domain axis
