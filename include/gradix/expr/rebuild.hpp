@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// Rebuilding an expression over transformed operands, one node kind at a time: the save
-/// transform (api/saved.hpp) rebuilds a node over its operands with their kept values in
+/// Rebuilding an expression over transformed operands (the operand protocol's constructing
+/// half, expr/visit.hpp): the save transform (exec/save.hpp) rebuilds a node over its operands with their kept values in
 /// buffers, and a let (expr/let.hpp) binds its placeholder by rebuilding its body with the
 /// placeholder replaced (by the operand's buffer in a call; by the operand itself in the raw
 /// evaluator of eval/let.hpp).
@@ -25,94 +25,95 @@
 
 namespace gradix::detail {
 
-// Each node kind rebuilt over its transformed operands: f.apply<U>(operand) (U: whether they
-// sit under it as under a reduction or a save mark). f is the save transform (saving) or the
-// binding of a let's placeholder (binding).
-template <bool U, class F, class Op, class A>
-constexpr auto rebuild(unary_node<Op, A> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return unary_node<Op, decltype(a)>{a};
+// rebuild<U>(n, f): node n over its value operands transformed by f.apply<U>(operand) (U:
+// whether they sit under it as under a reduction or a save mark), operands taken through the
+// operand protocol (expr/visit.hpp: operand_at, value_operand_count_v), in order; f is the
+// save transform (saving), the binding of a let's placeholder (binding) or grad()'s
+// redirection. remake(n, operands...) is the protocol's constructing half: one line per node
+// kind, the node rebuilt over new operands with its other members (shape, positions, index
+// data, epsilon) kept.
+template <class Op, class A, class A2>
+constexpr auto remake(unary_node<Op, A> const&, A2 const& a) {
+  return unary_node<Op, A2>{a};
 }
-template <bool U, class F, class Op, class L, class R>
-constexpr auto rebuild(binary_node<Op, L, R> const& n, F const& f) {
-  auto l = f.template apply<U>(n.lhs_);
-  auto r = f.template apply<U>(n.rhs_);
-  return binary_node<Op, decltype(l), decltype(r)>{l, r, n.shape_};
+template <class Op, class L, class R, class L2, class R2>
+constexpr auto remake(binary_node<Op, L, R> const& n, L2 const& l, R2 const& r) {
+  return binary_node<Op, L2, R2>{l, r, n.shape_};
 }
-template <bool U, class F, class Op, class A, axis_mask M, bool K>
-constexpr auto rebuild(reduce_node<Op, A, M, K> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return reduce_node<Op, decltype(a), M, K>{a, n.shape_};
+template <class Op, class A, axis_mask M, bool K, class A2>
+constexpr auto remake(reduce_node<Op, A, M, K> const& n, A2 const& a) {
+  return reduce_node<Op, A2, M, K>{a, n.shape_};
 }
-template <bool U, class F, class A, class P, std::size_t Axis>
-constexpr auto rebuild(take_along_node<A, P, Axis> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return take_along_node<decltype(a), P, Axis>{a, n.pos_, n.shape_};
+template <class A, class P, std::size_t Axis, class A2>
+constexpr auto remake(take_along_node<A, P, Axis> const& n, A2 const& a) {
+  return take_along_node<A2, P, Axis>{a, n.pos_, n.shape_};  // positions kept
 }
-template <bool U, class F, class A, std::size_t Axis>
-constexpr auto rebuild(argmax_node<A, Axis> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return argmax_node<decltype(a), Axis>{a, n.shape_};
+template <class A, std::size_t Axis, class A2>
+constexpr auto remake(argmax_node<A, Axis> const& n, A2 const& a) {
+  return argmax_node<A2, Axis>{a, n.shape_};
 }
-template <bool U, class F, class A, std::size_t Axis, class Idx>
-constexpr auto rebuild(index_node<A, Axis, Idx> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return index_node<decltype(a), Axis, Idx>{a, n.idx_, n.shape_};
+template <class A, std::size_t Axis, class Idx, class A2>
+constexpr auto remake(index_node<A, Axis, Idx> const& n, A2 const& a) {
+  return index_node<A2, Axis, Idx>{a, n.idx_, n.shape_};
 }
-template <bool U, class F, class A, std::size_t... P>
-constexpr auto rebuild(permute_node<A, P...> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return permute_node<decltype(a), P...>{a, n.shape_};
+template <class A, std::size_t... P, class A2>
+constexpr auto remake(permute_node<A, P...> const& n, A2 const& a) {
+  return permute_node<A2, P...>{a, n.shape_};
 }
-template <bool U, class F, class A, std::size_t Axis>
-constexpr auto rebuild(unsqueeze_node<A, Axis> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return unsqueeze_node<decltype(a), Axis>{a, n.shape_};
+template <class A, std::size_t Axis, class A2>
+constexpr auto remake(unsqueeze_node<A, Axis> const& n, A2 const& a) {
+  return unsqueeze_node<A2, Axis>{a, n.shape_};
 }
-template <bool U, class F, class A, class S>
-constexpr auto rebuild(broadcast_node<A, S> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return broadcast_node<decltype(a), S>{a, n.shape_};
+template <class A, class S, class A2>
+constexpr auto remake(broadcast_node<A, S> const& n, A2 const& a) {
+  return broadcast_node<A2, S>{a, n.shape_};
 }
-template <bool U, class F, class A, class S>
-constexpr auto rebuild(reshape_node<A, S> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return reshape_node<decltype(a), S>{a, n.shape_};
+template <class A, class S, class A2>
+constexpr auto remake(reshape_node<A, S> const& n, A2 const& a) {
+  return reshape_node<A2, S>{a, n.shape_};
 }
-template <bool U, class F, class A>
-constexpr auto rebuild(detach_node<A> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return detach_node<decltype(a)>{a};
+template <class A, class A2>
+constexpr auto remake(detach_node<A> const&, A2 const& a) {
+  return detach_node<A2>{a};
 }
-template <bool U, class F, class A, class I>
-constexpr auto rebuild(segment_sum_node<A, I> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return segment_sum_node<decltype(a), I>{a, n.idx_, n.shape_, n.mean_};
+template <class A, class I, class A2>
+constexpr auto remake(segment_sum_node<A, I> const& n, A2 const& a) {
+  return segment_sum_node<A2, I>{a, n.idx_, n.shape_, n.mean_};
 }
-template <bool U, class F, class A, class B>
-constexpr auto rebuild(matmul_node<A, B> const& n, F const& f) {
-  auto a = f.template apply<U>(n.lhs_);
-  auto b = f.template apply<U>(n.rhs_);
-  return matmul_node<decltype(a), decltype(b)>{a, b, n.shape_};
+template <class A, class B, class A2, class B2>
+constexpr auto remake(matmul_node<A, B> const& n, A2 const& a, B2 const& b) {
+  return matmul_node<A2, B2>{a, b, n.shape_};
 }
-template <bool U, class F, class A, class B, std::size_t Axis>
-constexpr auto rebuild(concat_node<A, B, Axis> const& n, F const& f) {
-  auto a = f.template apply<U>(n.lhs_);
-  auto b = f.template apply<U>(n.rhs_);
-  return concat_node<decltype(a), decltype(b), Axis>{a, b, n.shape_};
+template <class A, class B, std::size_t Axis, class A2, class B2>
+constexpr auto remake(concat_node<A, B, Axis> const& n, A2 const& a, B2 const& b) {
+  return concat_node<A2, B2, Axis>{a, b, n.shape_};
 }
-template <bool U, class F, class A, std::size_t Axis, row_kind K>
-constexpr auto rebuild(row_node<A, Axis, K> const& n, F const& f) {
-  auto a = f.template apply<U>(n.arg_);
-  return row_node<decltype(a), Axis, K>{a, n.eps_};
+template <class A, std::size_t Axis, row_kind K, class A2>
+constexpr auto remake(row_node<A, Axis, K> const& n, A2 const& a) {
+  return row_node<A2, Axis, K>{a, n.eps_};
 }
-template <bool U, class F, class A>
-constexpr auto rebuild(save_mark_node<A> const& n, F const& f) {
-  if constexpr (F::drops_marks) {
+template <class A, class A2>
+constexpr auto remake(save_mark_node<A> const&, A2 const& a) {
+  return save_mark_node<A2>{a};
+}
+
+template <class N>
+inline constexpr bool is_save_mark_node_v = false;
+template <class A>
+inline constexpr bool is_save_mark_node_v<save_mark_node<A>> = true;
+
+template <bool U, class F, class N>
+constexpr auto rebuild(N const& n, F const& f) {
+  if constexpr (is_save_mark_node_v<N> && F::drops_marks) {
     return f.template apply<U>(n.arg_);  // the mark itself becomes the saved_node around it
+  } else if constexpr (value_operand_count_v<N> == 1) {
+    auto a = f.template apply<U>(operand_at<0>(n));
+    return remake(n, a);
   } else {
-    auto a = f.template apply<U>(n.arg_);
-    return save_mark_node<decltype(a)>{a};
+    static_assert(value_operand_count_v<N> == 2, "gradix internal: rebuild of a node without operands");
+    auto a = f.template apply<U>(operand_at<0>(n));  // in order: the save transform takes buffers as it goes
+    auto b = f.template apply<U>(operand_at<1>(n));
+    return remake(n, a, b);
   }
 }
 
