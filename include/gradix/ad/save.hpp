@@ -39,11 +39,6 @@
 namespace gradix::ad {
 
 template <class N>
-struct is_save_mark_node : std::false_type {};
-template <class A>
-struct is_save_mark_node<save_mark_node<A>> : std::true_type {};
-
-template <class N>
 struct is_max_reduction : std::false_type {};
 template <class A, std::uint64_t Mask, bool Keep>
 struct is_max_reduction<reduce_node<op::max_of, A, Mask, Keep>> : std::true_type {};
@@ -58,14 +53,14 @@ struct needs_argmax<reduce_node<op::max_of, detach_node<A>, Mask, Keep>> : std::
 /// root counts as under a reduction: it is the result)?
 template <class N, bool Under>
 inline constexpr bool keeps_value_v =
-    is_save_mark_node<N>::value || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
+    ::gradix::detail::is_save_mark_node_v<N> || is_matmul_node<N>::value || is_segment_sum_node<N>::value ||
     is_concat_node<N>::value || is_kept_reshape<N>::value || is_row_node<N>::value || (is_reduce_node<N>::value && !Under && std::is_floating_point_v<value_type_t<N>>);
 
 /// Do N's operands sit under a reduction or a save mark? (A product's operands are read once
 /// per element, into the product or into a buffer first: as under a reduction.)
 template <class N>
 inline constexpr bool operands_under_v = is_reduce_node<N>::value || is_argmax_node<N>::value ||
-                                         is_save_mark_node<N>::value || is_matmul_node<N>::value ||
+                                         ::gradix::detail::is_save_mark_node_v<N> || is_matmul_node<N>::value ||
                                          is_segment_sum_node<N>::value || is_concat_node<N>::value ||
                                          is_kept_reshape<N>::value || is_row_node<N>::value;
 

@@ -118,7 +118,7 @@ constexpr bool in_place_operand(X const& x, mat_ref<T>& r) {
 /// a product: a product or a save mark becomes a kept buffer, read in place.
 template <class Ex, class T, class X>
 constexpr bool copies_operand(X const& x) {
-  if constexpr (is_matmul_node<X>::value || ad::is_save_mark_node<X>::value) {
+  if constexpr (is_matmul_node<X>::value || is_save_mark_node_v<X>) {
     return false;
   } else {
     mat_ref<T> r;

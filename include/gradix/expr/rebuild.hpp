@@ -97,11 +97,6 @@ constexpr auto remake(save_mark_node<A> const&, A2 const& a) {
   return save_mark_node<A2>{a};
 }
 
-template <class N>
-inline constexpr bool is_save_mark_node_v = false;
-template <class A>
-inline constexpr bool is_save_mark_node_v<save_mark_node<A>> = true;
-
 template <bool U, class F, class N>
 constexpr auto rebuild(N const& n, F const& f) {
   if constexpr (is_save_mark_node_v<N> && F::drops_marks) {

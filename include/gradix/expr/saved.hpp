@@ -42,6 +42,14 @@ struct save_mark_node {
   GRADIX_HOST_DEVICE constexpr shape_type shape() const { return arg_.shape(); }
 };
 
+namespace detail {
+/// Whether node N is a `gx::saved` mark (rebuild drops marks; the save transform keeps their values).
+template <class N>
+inline constexpr bool is_save_mark_node_v = false;
+template <class A>
+inline constexpr bool is_save_mark_node_v<save_mark_node<A>> = true;
+}  // namespace detail
+
 /// The layout of a saved buffer: N's own when it is row- or column-major, else row-major.
 template <class N>
 using saved_layout_t =

@@ -16,6 +16,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/exec/checks.hpp"
+#include "gradix/exec/elements.hpp"
 
 #include <cstddef>
 #include <memory>
@@ -57,19 +58,6 @@ constexpr bool check_device_backward() {
   return device_expression<E>;
 }
 
-/// Calls f on each plain use of a plan element that writes a parameter's gradient.
-template <class U, class F>
-void for_each_device_use(U& u, F&& f) {
-  using D = std::remove_cvref_t<U>;
-  if constexpr (ad::is_fused<D>::value) {
-    f(u.first_);
-    f(u.second_);
-  } else if constexpr (ad::is_multi<D>::value) {
-    for_each_element(u.uses_, f);
-  } else {
-    f(u);
-  }
-}
 /// The number of plain uses in a device plan (an upper bound on the storages it writes).
 template <class U>
 inline constexpr std::size_t device_uses_v = 1;
@@ -85,7 +73,7 @@ inline constexpr std::size_t device_plan_uses_v<tuple<E...>> = (std::size_t(0) +
 /// Takes the flags of every storage that plan p writes, into lock.
 template <class Lock, class Plan>
 void lock_targets(Lock& lock, Plan const& p) {
-  for_each_element(p, [&](auto const& pu) { for_each_device_use(pu, [&](auto const& u) { lock.take(u.target_); }); });
+  for_each_kernel(p, [&](auto const& u) { lock.take(u.target_); });
 }
 
 /// The plain uses of a plan element (a fused pair: its two uses; a multi_use: its members).
