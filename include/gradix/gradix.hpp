@@ -52,6 +52,7 @@
 #include "gradix/api/saved.hpp"
 #include "gradix/api/cost.hpp"
 #include "gradix/api/let.hpp"
+#include "gradix/api/scan.hpp"
 #include "gradix/expr/norm.hpp"
 #include "gradix/api/backward.hpp"
 #include "gradix/api/gradcheck.hpp"

@@ -23,6 +23,7 @@
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/scan.hpp"
 #include "gradix/expr/visit.hpp"
 
 #include <type_traits>
@@ -50,6 +51,12 @@ template <class SN>
 constexpr auto row_operand_plan(SN const& n);
 template <class LN, class D, class V, class M>
 constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m);
+template <class SN, class Step, class T>
+constexpr auto scan_step_plan(SN const& n, Step const& e2, T const* g);
+template <class SN, class T>
+constexpr auto scan_carry_plan(SN const& n, T const* g);
+template <class SN>
+constexpr auto scan_input_plan(SN const& n);
 
 /// The plan element of a kept product SN (a saved_node of a matmul_node) in a backward call:
 /// p0 writes the product's adjoint (its target, the buffer node_->extra_.gc, set where it
@@ -117,11 +124,36 @@ struct is_row_use : std::false_type {};
 template <class G, class PX, class SN>
 struct is_row_use<row_use<G, PX, SN>> : std::true_type {};
 
-/// Plan elements that write a workspace buffer first (products, staged uses, lets, softmax
-/// uses): neither a plain, fused nor multi use.
+/// The plan element of a kept scan SN (a saved_node of a scanned node, expr/scan.hpp): the
+/// reverse sweep (exec/elements.hpp, run_scan). p0_, when the scan's adjoint does not
+/// arrive as a buffer of its shape, writes it into the node's gout_ first (no_scan_p0: g_ is
+/// that buffer already). Then, for each step from the last, the step's body (transformed
+/// again, or the last one kept) is planned with the carry's adjoint as its seed: step(e2, g)
+/// (its placeholder reads add the adjoint of the previous carry into one of the node's two
+/// carry buffers, and of x_t into gxs_), and at the end the initial carry's and the inputs'
+/// plans run from their buffers: carry(g), input().
+struct no_scan_p0 {};
+template <class P0, class G, class SN>
+struct scan_use {
+  P0 p0_;
+  G g_;  // the adjoint of the value: a row-major buffer of its shape
+  SN const* node_;
+  using step_type = typename SN::node_type::step_type;
+  using value_type = value_type_t<SN>;
+  constexpr auto step(step_type const& e2, value_type const* g) const { return scan_step_plan(*node_, e2, g); }
+  constexpr auto carry(value_type const* g) const { return scan_carry_plan(*node_, g); }
+  constexpr auto input() const { return scan_input_plan(*node_); }
+};
 template <class U>
-inline constexpr bool materialises_v =
-    is_product<U>::value || is_staged<U>::value || is_let_use<U>::value || is_row_use<U>::value;
+struct is_scan_use : std::false_type {};
+template <class P0, class G, class SN>
+struct is_scan_use<scan_use<P0, G, SN>> : std::true_type {};
+
+/// Plan elements that write a workspace buffer first (products, staged uses, lets, softmax
+/// uses, scans): neither a plain, fused nor multi use.
+template <class U>
+inline constexpr bool materialises_v = is_product<U>::value || is_staged<U>::value || is_let_use<U>::value ||
+                                       is_row_use<U>::value || is_scan_use<U>::value;
 
 /// Whether plan element (or plan) U holds a kernel whose target has type G (types only).
 template <class G, class U>
@@ -144,6 +176,13 @@ template <class G, class PB, class PZ, class G2, class LN, class D, class V, cla
 struct writes_target<G, let_use<PB, PZ, G2, LN, D, V, M>>
     : std::bool_constant<writes_target<G, PB>::value || writes_target<G, PZ>::value> {};
 
+template <class G, class P0, class GV, class SN>
+struct writes_target<G, scan_use<P0, GV, SN>>
+    : std::bool_constant<writes_target<G, decltype(std::declval<scan_use<P0, GV, SN> const&>().step(
+                                              std::declval<typename SN::node_type::step_type const&>(), nullptr))>::value ||
+                         writes_target<G, decltype(std::declval<scan_use<P0, GV, SN> const&>().carry(nullptr))>::value ||
+                         writes_target<G, decltype(std::declval<scan_use<P0, GV, SN> const&>().input())>::value> {};
+
 template <class N>
 struct is_detach : std::false_type {};
 template <class A>
@@ -162,6 +201,9 @@ constexpr bool reaches_param() {
     return N::name_type::reaches_param;  // the operand it stands for (its name says)
   } else if constexpr (is_let_node<N>::value) {
     return reaches_param<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
+  } else if constexpr (is_scan_node<N>::value || is_scanned<N>::value) {
+    // the carry's name says whether the body, c0 or xs reach one (api/scan.hpp)
+    return N::carry_name::reaches_param;
   } else if constexpr (is_saved_node<N>::value) {
     return reaches_param<typename N::node_type>();
   } else if constexpr (is_node_ref<N>::value) {

@@ -443,6 +443,22 @@ constexpr auto push(saved_node<N, L> const& n, D const& dom, V const& v, M const
         return make_tuple(staged_use<P0, PE, saved_node<N, L>>{P0{dom, v, m, nullptr}, &n});
       }
     }
+  } else if constexpr (is_scanned<N>::value) {
+    // a kept scan: the reverse sweep reads its adjoint from a row-major buffer of its shape
+    // (the adjoint itself when it is one, else the node's gout_, written first)
+    using T = value_type_t<N>;
+    using S = shape_of_t<N>;
+    using SN = saved_node<N, L>;
+    using GV = tensor_view<T const, S, row_major, buffer_space_t<N>>;
+    if constexpr (!reaches_param_v<N>) {
+      return tuple<>{};
+    } else if constexpr (std::is_same_v<V, GV> && std::is_same_v<M, decltype(identity_map<S::rank>())>) {
+      return make_tuple(scan_use<no_scan_p0, GV, SN>{no_scan_p0{}, v, &n});
+    } else {
+      using GO = adjoint_buffer<T, S>;
+      using P0 = use<D, V, M, GO>;
+      return make_tuple(scan_use<P0, GV, SN>{P0{dom, v, m, nullptr}, GV(n.node().gout_, n.shape()), &n});
+    }
   } else if constexpr (is_var_node<N>::value) {
     // a let's placeholder: its reads add into the let's buffer, the target its saved node
     // holds (api/saved.hpp, keep_let)
@@ -533,6 +549,13 @@ constexpr auto push(let_node<Z, X, B> const&, D const&, V const&, M const&) {
   static_assert(sizeof(X) == 0,
                 "gradix internal: a let is planned only through the API's save transform "
                 "(gx::backward_plan_t), which binds its placeholder to a buffer");
+  return tuple<>{};
+}
+template <class CN, class XN, class C0, class Xs, class B, class D, class V, class M>
+constexpr auto push(scan_node<CN, XN, C0, Xs, B> const&, D const&, V const&, M const&) {
+  static_assert(sizeof(B) == 0,
+                "gradix internal: a scan is planned only through the API's save transform "
+                "(gx::backward_plan_t), which runs its steps first");
   return tuple<>{};
 }
 template <class A, class B, class D, class V, class M>
@@ -627,6 +650,41 @@ constexpr auto let_operand_plan(LN const& n) {
 template <class LN, class D, class V, class M>
 constexpr auto let_body_plan(LN const& n, D const& dom, V const& v, M const& m) {
   return push(n.arg_, dom, v, m);
+}
+/// One step of a scan's reverse sweep: its transformed body e2 seeded with the adjoint g of
+/// the carry it produced (a row-major buffer of the carry's shape).
+template <class SN, class Step, class T>
+constexpr auto scan_step_plan(SN const&, Step const& e2, T const* g) {
+  using S = shape_of_t<Step>;
+  tensor_view<T const, S, row_major, buffer_space_t<Step>> gv(g, e2.shape());
+  return push(e2, e2.shape(), gv, identity_map<S::rank>());
+}
+/// The initial carry's plan from its adjoint g (the sweep's last carry buffer).
+template <class SN, class T>
+constexpr auto scan_carry_plan(SN const& n, T const* g) {
+  auto const& c0 = n.node().c0_;
+  using C = std::remove_cvref_t<decltype(c0)>;
+  using S = shape_of_t<C>;
+  if constexpr (!reaches_param_v<C> || !detail::differentiable_v<C>) {
+    return tuple<>{};
+  } else {
+    tensor_view<T const, S, row_major, buffer_space_t<typename SN::node_type>> gv(g, c0.shape());
+    return push(c0, c0.shape(), gv, identity_map<S::rank>());
+  }
+}
+/// The inputs' plan from their adjoint (the node's gxs_, every step's x_t adjoint).
+template <class SN>
+constexpr auto scan_input_plan(SN const& n) {
+  auto const& xs = n.node().xs_;
+  using X = std::remove_cvref_t<decltype(xs)>;
+  using S = shape_of_t<X>;
+  using T = value_type_t<typename SN::node_type>;
+  if constexpr (!reaches_param_v<X> || !detail::differentiable_v<X>) {
+    return tuple<>{};
+  } else {
+    tensor_view<T const, S, row_major, buffer_space_t<typename SN::node_type>> gv(n.node().gxs_, xs.shape());
+    return push(xs, xs.shape(), gv, identity_map<S::rank>());
+  }
 }
 
 }  // namespace gradix::ad

@@ -257,6 +257,8 @@ constexpr bool heavy() {
     return !is_node_ref<typename N::node_type>::value;
   } else if constexpr (is_bound_let_node<N>::value) {
     return true;
+  } else if constexpr (is_scan_node<N>::value) {
+    return true;
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {
     return heavy<gradix::detail::value_operand_t<0, N>>() || heavy<gradix::detail::value_operand_t<1, N>>();
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {

@@ -82,6 +82,10 @@ constexpr std::size_t buffer_count_of() {
     return (keeps_value_v<Z, true> ? 0 : 1) + buffer_count<Z, true>::value + buffer_count<B, Under>::value;
   } else if constexpr (is_bound_let_node<N>::value) {
     return buffer_count<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>, Under>::value;
+  } else if constexpr (is_scan_node<N>::value) {
+    // its value (the carries), and its operands' kept values (the body's are a step's own)
+    return 1 + buffer_count<gradix::detail::value_operand_t<0, N>, true>::value +
+           buffer_count<gradix::detail::value_operand_t<1, N>, true>::value;
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {
     return n + buffer_count<gradix::detail::value_operand_t<0, N>, U>::value + buffer_count<gradix::detail::value_operand_t<1, N>, U>::value;
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {

@@ -43,6 +43,9 @@ constexpr std::size_t kernels_below() {
     // the operand's kernels, its value (its root's kernel when kept, else an assignment into
     // the let's buffer), and the body's kernels
     return kernels_below<Z2>() + (is_saved_node<Z2>::value ? 0 : eval_cost_v<Z2>) + kernels_below<B2>();
+  } else if constexpr (gradix::detail::operand_count_v<N> == 3) {
+    return kernels_below<gradix::detail::operand_t<0, N>>() + kernels_below<gradix::detail::operand_t<1, N>>() +
+           kernels_below<gradix::detail::operand_t<2, N>>();
   } else if constexpr (gradix::detail::operand_count_v<N> == 2) {
     return kernels_below<gradix::detail::operand_t<0, N>>() + kernels_below<gradix::detail::operand_t<1, N>>();
   } else if constexpr (gradix::detail::operand_count_v<N> == 1) {
@@ -57,6 +60,9 @@ template <class N>
 constexpr std::size_t kept_kernels() {
   using K = typename N::node_type;
   if constexpr (is_var_node<K>::value) return 0;
+  else if constexpr (is_scanned<K>::value)  // its operands', then one kernel per step (counted once)
+    return kernels_below<std::remove_cvref_t<decltype(std::declval<K const&>().c0_)>>() +
+           kernels_below<std::remove_cvref_t<decltype(std::declval<K const&>().xs_)>>() + 1;
   else return eval_cost_v<K> + kernels_below<K>();
 }
 }  // namespace detail

@@ -36,6 +36,9 @@ constexpr std::size_t code_cost_of() {
     return 2 * code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().top_)>>;
   } else if constexpr (requires(N const& n) { n.sub_; }) {
     return code_cost_v<std::remove_cvref_t<decltype(std::declval<N const&>().sub_)>>;
+  } else if constexpr (gradix::detail::value_operand_count_v<N> == 3) {
+    return 1 + code_cost_v<gradix::detail::value_operand_t<0, N>> + code_cost_v<gradix::detail::value_operand_t<1, N>> +
+           code_cost_v<gradix::detail::value_operand_t<2, N>>;
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 2) {  // expression nodes: the operand protocol
     return 1 + code_cost_v<gradix::detail::value_operand_t<0, N>> + code_cost_v<gradix::detail::value_operand_t<1, N>>;
   } else if constexpr (gradix::detail::value_operand_count_v<N> == 1) {

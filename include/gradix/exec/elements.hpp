@@ -12,7 +12,11 @@
 ///   row_use       the operand's adjoint from the adjoint and the kept rows
 ///                 (the executor's row_adjoint), then the operand's plan;
 ///   let_use       the let's buffer cleared, the body's plan (its placeholder reads add into
-///                 the buffer), then the operand's plan from it.
+///                 the buffer), then the operand's plan from it;
+///   scan_use      the reverse sweep of a scan (run_scan below): per step from the last, the
+///                 step's body transformed again over the step's region (exec/save.hpp) and
+///                 its plan seeded with the adjoint of the carry it produced, then the initial
+///                 carry's and the inputs' plans.
 ///
 /// Other elements (use, fused_use, multi_use) are the executor's kernels: run(u),
 /// run_serial(u), prepare(u), scratch_bytes(u). Serial: the serial path, as in constant
@@ -24,6 +28,8 @@
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/exec/save.hpp"
+#include "gradix/expr/scan.hpp"
 #include "gradix/expr/matmul.hpp"
 #include "gradix/grad/storage.hpp"
 
@@ -63,6 +69,18 @@ constexpr void for_each_kernel(E& e, F&& f) {
     auto pz = e.pz();
     for_each_kernel(pb, f);
     for_each_kernel(pz, f);
+  } else if constexpr (ad::is_scan_use<U>::value) {
+    // a step's kernels (the last step's plan: every step's has the same targets), the
+    // initial carry's and the inputs'
+    auto const& k = e.node_->node();
+    if (k.last_) {
+      auto ps = e.step(*k.last_, k.ga_);
+      for_each_kernel(ps, f);
+    }
+    auto pc = e.carry(k.ga_);
+    auto px = e.input();
+    for_each_kernel(pc, f);
+    for_each_kernel(px, f);
   } else if constexpr (ad::is_fused<U>::value) {
     f(e.first_);
     f(e.second_);
@@ -94,6 +112,13 @@ constexpr void prepare_element(Ex& ex, E const& e) {
   } else if constexpr (ad::is_let_use<E>::value) {
     for_each_element(e.pb(), [&](auto const& x) { prepare_element(ex, x); });
     for_each_element(e.pz(), [&](auto const& x) { prepare_element(ex, x); });
+  } else if constexpr (ad::is_scan_use<E>::value) {
+    // every step's plan reserves what the last step's does (the same targets, index data
+    // that no step changes)
+    auto const& k = e.node_->node();
+    if (k.last_) for_each_element(e.step(*k.last_, k.ga_), [&](auto const& x) { prepare_element(ex, x); });
+    for_each_element(e.carry(k.ga_), [&](auto const& x) { prepare_element(ex, x); });
+    for_each_element(e.input(), [&](auto const& x) { prepare_element(ex, x); });
   } else {
     ex.prepare(e);
   }
@@ -128,6 +153,15 @@ std::size_t element_scratch(Ex& ex, E const& e) {
   } else if constexpr (ad::is_let_use<E>::value) {
     sub(e.pb());
     sub(e.pz());
+  } else if constexpr (ad::is_scan_use<E>::value) {
+    auto const& k = e.node_->node();
+    if constexpr (!std::is_same_v<decltype(e.p0_), ad::no_scan_p0 const>) {
+      adjoint_buffer<value_type_t<E>, shape_of_t<decltype(k)>> gout(k.gout_, k.shape());
+      with_target(e.p0_, gout, [&](auto const& p0) { r = ex.scratch_bytes(p0); });
+    }
+    if (k.last_) sub(e.step(*k.last_, k.ga_));
+    sub(e.carry(k.ga_));
+    sub(e.input());
   } else {
     r = ex.scratch_bytes(e);
   }
@@ -220,9 +254,64 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   }
 }
 
+/// The reverse sweep of a scan (ad::scan_use): the value's adjoint g (written first when it
+/// did not arrive as a buffer), then per step t from the last: the carry buffer the step adds
+/// into (scan_carry_grad) starts as g[t - 1] (the adjoint of carry t - 1 from outside the
+/// scan; zero for t = 0), the step's body is transformed again over the step's region (the
+/// last step's is the one the forward kept) and its plan runs, seeded with the other buffer
+/// (the whole adjoint of carry t); the placeholders' reads add the adjoints of carry t - 1
+/// and of x_t. Then the initial carry's and the inputs' plans.
+template <bool Serial, class Ex, class E>
+void run_scan(Ex& ex, E const& e) {
+  auto const& k = e.node_->node();
+  using K = std::remove_cvref_t<decltype(k)>;
+  using T = value_type_t<K>;
+  using Sp = typename Ex::space;
+  index_t const steps = k.steps();
+  if (steps == 0) return;  // no step read c0 nor xs: their adjoints are zero
+  if constexpr (!std::is_same_v<decltype(e.p0_), ad::no_scan_p0 const>)
+    adjoint_into<Serial>(ex, e.p0_, adjoint_buffer<T, shape_of_t<K>>(k.gout_, k.shape()));
+  auto const cs = k.c0_.shape();
+  auto const xsh = one_step(k.xs_.shape());
+  using CS = std::remove_cvref_t<decltype(cs)>;
+  using CV = tensor_view<T const, CS, row_major, Sp>;
+  std::size_t const c = std::size_t(cs.size()), x = std::size_t(xsh.size());
+  T const* g = e.g_.data_;
+  if (k.gxs_) ex.clear(k.gxs_, index_t(std::size_t(steps) * x));
+  ex.assign(tensor_view<T, CS, row_major, Sp>(k.ga_, cs), CV(g + std::size_t(steps - 1) * c, cs));
+  saved_sizes z;
+  z.nf = k.region_.nf;
+  z.nd = k.region_.nd;
+  z.nl = k.region_.nl;
+  z.ni = k.region_.ni;
+  z.argmax = true;
+  for (index_t t = steps - 1; t >= 0; --t) {
+    T* gc = scan_carry_grad(t, steps, k.ga_, k.gb_);
+    T* gnext = gc == k.ga_ ? k.gb_ : k.ga_;
+    if (t > 0) ex.assign(tensor_view<T, CS, row_major, Sp>(gc, cs), CV(g + std::size_t(t - 1) * c, cs));
+    else ex.clear(gc, index_t(c));
+    if (t == steps - 1) {
+      run_elements<Serial>(ex, e.step(*k.last_, gnext));
+    } else {
+      saved_space<Ex> sp(z, ex, k.region_, false);
+      T const* carry = t == 0 ? k.c_init_ : k.h_ + std::size_t(t - 1) * c;
+      auto const e2 = with_saved<true>(scan_body_at(k, k.vc_, k.vx_, cs, xsh, carry, k.x_ + std::size_t(t) * x, gc,
+                                                    k.gxs_ ? k.gxs_ + std::size_t(t) * x : nullptr),
+                                       sp);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(e2)>, typename K::step_type>,
+                    "gradix internal: a scan step transforms to the type the forward kept");
+      run_elements<Serial>(ex, e.step(e2, gnext));
+    }
+  }
+  run_elements<Serial>(ex, e.carry(scan_carry_grad(index_t(0), steps, k.ga_, k.gb_)));
+  run_elements<Serial>(ex, e.input());
+}
+
 template <bool Serial, class Ex, class E>
 constexpr void run_element(Ex& ex, E const& e) {
-  if constexpr (ad::is_product<E>::value) {
+  if constexpr (ad::is_scan_use<E>::value) {
+    run_scan<Serial>(ex, e);
+  } else if constexpr (ad::is_product<E>::value) {
     run_product<Serial>(ex, e);
   } else if constexpr (ad::is_staged<E>::value) {
     adjoint_into<Serial>(ex, e.p0_, e.node_->extra_.gout);

@@ -286,7 +286,7 @@ inline std::string describe_nonfinite(bool leaf, char const* label, std::string 
 /// Whether a let is anywhere in N (types only).
 template <class N>
 constexpr bool holds_let() {
-  return any_node<N, is_let_node>();
+  return any_node<N, is_let_node>() || any_node<N, is_scan_node>();
 }
 
 /// Walks n children first; the first input leaf, or (with GRADIX_CHECK_FINITE_NODES, the
@@ -301,6 +301,8 @@ template <class N>
 [[gnu::cold]] bool locate_in_operands(N const& n, std::string& msg) {
   if constexpr (is_let_node<N>::value) {
     return locate_nonfinite(n.z_, msg);  // (the body reads placeholders)
+  } else if constexpr (is_scan_node<N>::value) {  // (the same: the body reads the carry and x_t)
+    return locate_nonfinite(n.c0_, msg) || locate_nonfinite(n.xs_, msg);
   } else {
     if constexpr (value_operand_count_v<N> >= 1)
       if (locate_nonfinite(operand_at<0>(n), msg)) return true;

@@ -134,6 +134,12 @@ template <class G, class PX, class SN>
 inline constexpr std::size_t uses_in_v<ad::row_use<G, PX, SN>> = plan_uses<PX>::value;
 template <class PB, class PZ, class... R>
 inline constexpr std::size_t uses_in_v<ad::let_use<PB, PZ, R...>> = plan_uses<PB>::value + plan_uses<PZ>::value;
+template <class P0, class G, class SN>
+inline constexpr std::size_t uses_in_v<ad::scan_use<P0, G, SN>> =
+    plan_uses<decltype(std::declval<ad::scan_use<P0, G, SN> const&>().step(
+        std::declval<typename SN::node_type::step_type const&>(), nullptr))>::value +
+    plan_uses<decltype(std::declval<ad::scan_use<P0, G, SN> const&>().carry(nullptr))>::value +
+    plan_uses<decltype(std::declval<ad::scan_use<P0, G, SN> const&>().input())>::value;
 template <class U1, class U2>
 inline constexpr std::size_t uses_in_v<ad::fused_use<U1, U2>> = 2;
 template <int I, class Top, class M, class V0, class... U>

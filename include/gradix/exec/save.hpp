@@ -38,6 +38,7 @@
 #include "gradix/expr/rebuild.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/scan.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 #include "gradix/expr/visit.hpp"
@@ -185,9 +186,31 @@ constexpr auto keep_product(N const& n, saved_space<Ex>& s) {
   return r;
 }
 
+template <class Ex, class N>
+constexpr saved_sizes scan_step_sizes(N const& n, bool backward);
+
 template <class Ex, bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
-  if constexpr (is_let_node<N>::value) {
+  if constexpr (is_scan_node<N>::value) {
+    // its operands' kept values; the carries, carry -1, the inputs; in a backward call the
+    // value's adjoint, two carry adjoints and the inputs' adjoint; one step's own values
+    using T = value_type_t<N>;
+    count_saved<Ex, true>(n.c0_, z);
+    count_saved<Ex, true>(n.xs_, z);
+    std::size_t const steps = std::size_t(n.steps()), c = std::size_t(n.c0_.shape().size());
+    std::size_t const x = steps ? std::size_t(n.xs_.shape().size()) / steps : 0;
+    z.template add<T>(steps * c + c + steps * x);
+    if (z.argmax) {
+      z.template add<T>(steps * c + 2 * c);
+      if constexpr (N::input_name::reaches_param) z.template add<T>(steps * x);
+    }
+    saved_sizes const zs = scan_step_sizes<Ex>(n, z.argmax);
+    z.nf += zs.nf;
+    z.nd += zs.nd;
+    z.nl += zs.nl;
+    z.ni += zs.ni;
+    return;
+  } else if constexpr (is_let_node<N>::value) {
     // the operand's kept values, its value (unless its root keeps it), in a backward call
     // its adjoint, then the body's
     using Z = std::remove_cvref_t<decltype(n.z_)>;
@@ -400,10 +423,16 @@ constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s) {
   return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
 }
 
+template <class N, class Ex>
+auto keep_scan(N const& n, saved_space<Ex>& s);
+
 /// n with every value the rule keeps replaced by a saved_node over a filled buffer.
 template <bool Under, class N, class Ex>
 constexpr auto with_saved(N const& n, saved_space<Ex>& s) {
-  if constexpr (is_let_node<N>::value) {
+  if constexpr (is_scan_node<N>::value) {
+    if (std::is_constant_evaluated()) fail("gradix::scan: not available in constant evaluation");
+    return keep_scan(n, s);
+  } else if constexpr (is_let_node<N>::value) {
     return keep_let<Under>(n, s);
   } else if constexpr (ad::buffer_count<N, Under>::value == 0) {
     return n;  // nothing kept below: the node as it is (leaves, saved nodes, plain subtrees)
@@ -412,6 +441,123 @@ constexpr auto with_saved(N const& n, saved_space<Ex>& s) {
     if constexpr (ad::keeps_value_v<N, Under>) return keep_value(r, s);
     else return r;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scans (expr/scan.hpp): the steps run here, forward; the reverse sweep is a plan element
+// (exec/elements.hpp, run_scan).
+
+/// Step t's body: scan k's body with the carry read from c (carry t - 1) and x_t from the
+/// inputs' buffer; in a backward call the carry's reads add their adjoint into gc and x_t's
+/// into gxs at step t (gc null: none). K is the scanned node, or a scan_node for the sizes
+/// (vc, vx then null: only types and shapes matter there).
+template <class K, class CS, class XS, class T>
+constexpr auto scan_body_at(K const& k, var_node<typename K::carry_name> const* vc, var_node<typename K::input_name> const* vx,
+                            CS const& cs, XS const& xsh, T const* c, T const* x, T* gc, T* gx) {
+  using CN = typename K::carry_name;
+  using XN = typename K::input_name;
+  using RC = saved_node<var_node<CN>, row_major>;
+  using RX = saved_node<var_node<XN>, row_major>;
+  RC rc{vc, typename RC::buffer_type(c, cs)};
+  RX rx{vx, typename RX::buffer_type(x, xsh)};
+  if constexpr (CN::reaches_param)
+    if (gc) rc.extra_.g = let_grad<T, CS, CN>(gc, cs);
+  if constexpr (XN::reaches_param)
+    if (gx) rx.extra_.g = let_grad<T, XS, XN>(gx, xsh);
+  return bind_var<XN>(bind_var<CN>(k.body_, rc), rx);
+}
+/// The sizes of one step's own kept values (the body with its placeholders bound).
+template <class Ex, class N>
+constexpr saved_sizes scan_step_sizes(N const& n, bool backward) {
+  using T = value_type_t<N>;
+  auto const cs = n.c0_.shape();
+  auto const xsh = one_step(n.xs_.shape());
+  auto const b = scan_body_at(n, nullptr, nullptr, cs, xsh, static_cast<T const*>(nullptr),
+                              static_cast<T const*>(nullptr), static_cast<T*>(nullptr), static_cast<T*>(nullptr));
+  saved_sizes z;
+  z.argmax = backward;
+  count_saved<Ex, true>(b, z);
+  return z;
+}
+/// The carry adjoint buffer step t of a sweep over `steps` adds into: the last step's is gb,
+/// and the two alternate (the other holds the adjoint of the carry the step produced).
+template <class T>
+constexpr T* scan_carry_grad(index_t t, index_t steps, T* ga, T* gb) {
+  return (steps - 1 - t) % 2 == 0 ? gb : ga;
+}
+/// A scan kept: its operands transformed, c0 and the inputs computed into buffers of the
+/// call, then each step's body transformed over one step's region (its own kept values:
+/// products, reductions, lets) and its value assigned into the carries' buffer; the last
+/// step's transformed body is kept (the reverse sweep's pre-pass plans it).
+template <class N, class Ex>
+auto keep_scan(N const& n, saved_space<Ex>& s) {
+  using T = value_type_t<N>;
+  using CN = typename N::carry_name;
+  using XN = typename N::input_name;
+  using Sp = typename Ex::space;
+  s.hold_arena();  // the steps' nodes are given back with the call's
+  auto c02 = with_saved<true>(n.c0_, s);
+  auto xs2 = with_saved<true>(n.xs_, s);
+  index_t const steps = n.steps();
+  auto const cs = n.c0_.shape();
+  auto const xsh = one_step(n.xs_.shape());
+  using CS = std::remove_cvref_t<decltype(cs)>;
+  std::size_t const c = std::size_t(cs.size()), x = std::size_t(xsh.size());
+  T* h = s.template take<T>(std::size_t(steps) * c);
+  T* cinit = s.template take<T>(c);
+  s.ex().assign(tensor_view<T, CS, row_major, Sp>(cinit, cs), c02);
+  T* xb = s.template take<T>(std::size_t(steps) * x);
+  using XsS = shape_of_t<decltype(xs2)>;
+  s.ex().assign(tensor_view<T, XsS, row_major, Sp>(xb, xs2.shape()), xs2);
+  T *gout = nullptr, *ga = nullptr, *gb = nullptr, *gxs = nullptr;
+  if (s.argmax()) {
+    gout = s.template take<T>(std::size_t(steps) * c);
+    ga = s.template take<T>(c);
+    gb = s.template take<T>(c);
+    if constexpr (XN::reaches_param) gxs = s.template take<T>(std::size_t(steps) * x);
+  }
+  saved_sizes const zs = scan_step_sizes<Ex>(n, s.argmax());
+  scan_region r;
+  r.nf = zs.nf;
+  r.nd = zs.nd;
+  r.nl = zs.nl;
+  r.ni = zs.ni;
+  r.f = s.template take<float>(zs.nf);
+  r.d = s.template take<double>(zs.nd);
+  r.l = s.template take<long double>(zs.nl);
+  r.i = s.template take<index_t>(zs.ni);
+  auto const* vc = s.keep_node(var_node<CN>{cs});
+  auto const* vx = s.keep_node(var_node<XN>{xsh});
+  auto body_at = [&](index_t t) {
+    return scan_body_at(n, vc, vx, cs, xsh, static_cast<T const*>(t == 0 ? cinit : h + std::size_t(t - 1) * c),
+                        static_cast<T const*>(xb + std::size_t(t) * x), scan_carry_grad(t, steps, ga, gb),
+                        gxs ? gxs + std::size_t(t) * x : nullptr);
+  };
+  using Step = decltype(with_saved<true>(body_at(0), s));
+  Step const* last = nullptr;
+  for (index_t t = 0; t < steps; ++t) {
+    bool const keep = t == steps - 1;
+    saved_space<Ex> sp(zs, s.ex(), r, keep);
+    auto const e2 = with_saved<true>(body_at(t), sp);
+    s.ex().assign(tensor_view<T, CS, row_major, Sp>(h + std::size_t(t) * c, cs), e2);
+    if (keep) last = s.keep_node(e2);
+  }
+  using K = scanned<CN, XN, decltype(c02), decltype(xs2), std::remove_cvref_t<decltype(n.body_)>, Step>;
+  K k{c02, xs2, n.body_, n.shape_};
+  k.h_ = h;
+  k.c_init_ = cinit;
+  k.x_ = xb;
+  k.gout_ = gout;
+  k.ga_ = ga;
+  k.gb_ = gb;
+  k.gxs_ = gxs;
+  k.backward_ = s.argmax();
+  k.region_ = r;
+  k.last_ = last;
+  k.vc_ = vc;
+  k.vx_ = vx;
+  using R = saved_node<K, row_major>;
+  return R{s.keep_node(k), typename R::buffer_type(h, n.shape())};
 }
 
 /// Sizes of the buffers a call on the (prepared) expression e keeps.

@@ -8,6 +8,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/exec/executor.hpp"
+#include "gradix/expr/scan.hpp"
 
 #include <cstddef>
 #include <new>
@@ -118,6 +119,21 @@ class saved_space {
     }
     take_from_workspace(z);
   }
+  /// (run time only) A scan step's buffers: carved from region r of the call's workspace
+  /// (expr/scan.hpp), nothing taken from the workspace itself; the nodes it keeps are given
+  /// back when it ends, unless keep_nodes (the last step's, which the call keeps).
+  saved_space(saved_sizes const& z, X& ex, scan_region const& r, bool keep_nodes)
+      : z_(z), ex_(&ex), f_(r.f), d_(r.d), l_(r.l), i_(r.i), keep_nodes_(keep_nodes) {}
+  /// Marks the thread's node arena now (run time), so that the nodes kept from here on, by
+  /// this space or by spaces made after it, are given back when this one ends.
+  void hold_arena() {
+    if (!arena_) {
+      arena_ = &thread_node_arena();
+      mark_ = arena_->here();
+    }
+  }
+  /// The sizes this space was made for.
+  constexpr saved_sizes const& sizes() const { return z_; }
   // (run time only: the thread's workspace, or a buffer of this call when nested)
   void take_from_workspace(saved_sizes const& z) {
     std::size_t need = z.bytes();
@@ -149,7 +165,7 @@ class saved_space {
   void release() {
     if (ws_) ws_->top_ = 0;
     if (heap_) ex_->deallocate(heap_);
-    if (arena_) arena_->back_to(mark_);
+    if (arena_ && !keep_nodes_) arena_->back_to(mark_);
   }
   saved_space(saved_space const&) = delete;
   saved_space& operator=(saved_space const&) = delete;
@@ -209,6 +225,7 @@ class saved_space {
   long double* l_ = nullptr;
   index_t* i_ = nullptr;
   std::size_t uf_ = 0, ud_ = 0, ul_ = 0, ui_ = 0;
+  bool keep_nodes_ = false;
   node_arena* arena_ = nullptr;  // (run time) the thread's, from mark_ on
   node_arena::mark mark_{};
   // constant evaluation: the kept nodes, each in a holder of its own

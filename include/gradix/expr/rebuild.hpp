@@ -15,6 +15,7 @@
 #include "gradix/expr/param.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/scan.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/concat.hpp"
 #include "gradix/expr/row.hpp"
@@ -97,6 +98,11 @@ constexpr auto remake(save_mark_node<A> const&, A2 const& a) {
   return save_mark_node<A2>{a};
 }
 
+template <class CN, class XN, class C0, class Xs, class B, class C02, class Xs2, class B2>
+constexpr auto remake(scan_node<CN, XN, C0, Xs, B> const& n, C02 const& c0, Xs2 const& xs, B2 const& b) {
+  return scan_node<CN, XN, C02, Xs2, B2>{c0, xs, b, n.shape_};
+}
+
 template <bool U, class F, class N>
 constexpr auto rebuild(N const& n, F const& f) {
   if constexpr (is_save_mark_node_v<N> && F::drops_marks) {
@@ -104,11 +110,16 @@ constexpr auto rebuild(N const& n, F const& f) {
   } else if constexpr (value_operand_count_v<N> == 1) {
     auto a = f.template apply<U>(operand_at<0>(n));
     return remake(n, a);
-  } else {
-    static_assert(value_operand_count_v<N> == 2, "gradix internal: rebuild of a node without operands");
+  } else if constexpr (value_operand_count_v<N> == 2) {
     auto a = f.template apply<U>(operand_at<0>(n));  // in order: the save transform takes buffers as it goes
     auto b = f.template apply<U>(operand_at<1>(n));
     return remake(n, a, b);
+  } else {
+    static_assert(value_operand_count_v<N> == 3, "gradix internal: rebuild of a node without operands");
+    auto a = f.template apply<U>(operand_at<0>(n));
+    auto b = f.template apply<U>(operand_at<1>(n));
+    auto c = f.template apply<U>(operand_at<2>(n));
+    return remake(n, a, b, c);
   }
 }
 
@@ -123,6 +134,9 @@ constexpr bool mentions_var() {
   } else if constexpr (is_let_node<N>::value) {
     return mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>, Z>() ||
            mentions_var<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>, Z>();
+  } else if constexpr (value_operand_count_v<N> == 3) {
+    return mentions_var<value_operand_t<0, N>, Z>() || mentions_var<value_operand_t<1, N>, Z>() ||
+           mentions_var<value_operand_t<2, N>, Z>();
   } else if constexpr (value_operand_count_v<N> == 2) {
     return mentions_var<value_operand_t<0, N>, Z>() || mentions_var<value_operand_t<1, N>, Z>();
   } else if constexpr (value_operand_count_v<N> == 1) {
@@ -173,6 +187,12 @@ constexpr int max_let_level() {
     constexpr int a = let_level_of<typename N::name_type>::value;
     constexpr int b = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().z_)>>();
     constexpr int c = max_let_level<std::remove_cvref_t<decltype(std::declval<N const&>().body_)>>();
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  } else if constexpr (is_scan_node<N>::value) {
+    // its own level is above its body's; its operands' lets are beside it
+    constexpr int a = let_level_of<typename N::carry_name>::value;
+    constexpr int b = max_let_level<value_operand_t<0, N>>();
+    constexpr int c = max_let_level<value_operand_t<1, N>>();
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
   } else if constexpr (value_operand_count_v<N> == 2) {
     constexpr int a = max_let_level<value_operand_t<0, N>>();

@@ -20,6 +20,7 @@
 #include "gradix/expr/pattern.hpp"
 #include "gradix/expr/reduce.hpp"
 #include "gradix/expr/saved.hpp"
+#include "gradix/expr/scan.hpp"
 #include "gradix/expr/take.hpp"
 #include "gradix/expr/view.hpp"
 
@@ -36,6 +37,7 @@ struct is_param_node<param_node<V, G>> : std::true_type {};
 
 /// The operands of node n, in a fixed order (f gets each with n's constness):
 ///   let_node              (operand z_, body_)        bound_let_node   (operand z_, body arg_)
+///   scan_node             (initial carry c0_, sequence xs_, step body_)
 ///   binary, matmul, concat (lhs_, rhs_)              take_along       (arg_, positions pos_)
 ///   one_hot               (pos_)                     other inner nodes (arg_)
 ///   leaves (views, parameters, scalars, placeholders, saved values, patterns): none.
@@ -58,6 +60,7 @@ template <class D, bool Positions>
 constexpr std::size_t operand_count_of() {
   if constexpr (is_operand_leaf_v<D>) return 0;
   else if constexpr (is_let_node<D>::value || is_bound_let_node<D>::value) return 2;
+  else if constexpr (is_scan_node<D>::value) return 3;
   else if constexpr (requires(D& n) { n.lhs_; n.rhs_; }) return 2;
   else if constexpr (requires(D& n) { n.arg_; n.pos_; }) return Positions ? 2 : 1;
   else if constexpr (requires(D& n) { n.pos_; }) return Positions ? 1 : 0;
@@ -74,6 +77,10 @@ constexpr auto& operand_at(N& n) {
   } else if constexpr (is_bound_let_node<D>::value) {
     if constexpr (I == 0) return n.z_;
     else return n.arg_;
+  } else if constexpr (is_scan_node<D>::value) {
+    if constexpr (I == 0) return n.c0_;
+    else if constexpr (I == 1) return n.xs_;
+    else return n.body_;
   } else if constexpr (requires { n.lhs_; n.rhs_; }) {
     if constexpr (I == 0) return n.lhs_;
     else return n.rhs_;
@@ -89,7 +96,7 @@ constexpr auto& operand_at(N& n) {
   }
 }
 
-/// The number of operands of N (0, 1 or 2) and the type of the I-th (cv-ref removed); the
+/// The number of operands of N (0 to 3) and the type of the I-th (cv-ref removed); the
 /// same for the value operands (the value operands come first: the I-th value operand is the
 /// I-th operand). What a type-level walk recurses on, one instantiation per level, so deep
 /// expressions (an unrolled recurrence) stay within the compilers' instantiation depth:
@@ -109,6 +116,7 @@ constexpr void for_each_operand(N& n, F&& f) {
   constexpr std::size_t k = operand_count_v<N>;
   if constexpr (k >= 1) f(operand_at<0>(n));
   if constexpr (k >= 2) f(operand_at<1>(n));
+  if constexpr (k >= 3) f(operand_at<2>(n));
 }
 /// Calls f(c) for every value operand c of n (positions left out).
 template <class N, class F>
@@ -116,6 +124,7 @@ constexpr void for_each_value_operand(N& n, F&& f) {
   constexpr std::size_t k = value_operand_count_v<N>;
   if constexpr (k >= 1) f(operand_at<0>(n));
   if constexpr (k >= 2) f(operand_at<1>(n));
+  if constexpr (k >= 3) f(operand_at<2>(n));
 }
 /// The operand types of N (cv-ref removed, for_each_operand's order), as a gradix::tuple; the
 /// value operands' types.
@@ -125,7 +134,8 @@ struct operand_types {
   static auto probe() {
     if constexpr (k == 0) return std::type_identity<tuple<>>{};
     else if constexpr (k == 1) return std::type_identity<tuple<operand_t<0, N>>>{};
-    else return std::type_identity<tuple<operand_t<0, N>, operand_t<1, N>>>{};
+    else if constexpr (k == 2) return std::type_identity<tuple<operand_t<0, N>, operand_t<1, N>>>{};
+    else return std::type_identity<tuple<operand_t<0, N>, operand_t<1, N>, operand_t<2, N>>>{};
   }
   using type = typename decltype(probe())::type;
 };
@@ -184,6 +194,10 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
     f(n, in_place);
   } else if constexpr (is_let_node<D>::value) {  // the operand, and the body's other leaves
     for_each_leaf(n.z_, f, false);
+    for_each_leaf(n.body_, f, false);
+  } else if constexpr (is_scan_node<D>::value) {  // every step reads all of them
+    for_each_leaf(n.c0_, f, false);
+    for_each_leaf(n.xs_, f, false);
     for_each_leaf(n.body_, f, false);
   } else if constexpr (is_saved_node<D>::value) {
     // a value kept by the call (exec/save.hpp): its buffer is the call's own, no user memory
