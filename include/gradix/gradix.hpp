@@ -53,6 +53,7 @@
 #include "gradix/api/cost.hpp"
 #include "gradix/api/let.hpp"
 #include "gradix/api/scan.hpp"
+#include "gradix/api/cells.hpp"
 #include "gradix/expr/norm.hpp"
 #include "gradix/api/backward.hpp"
 #include "gradix/api/gradcheck.hpp"

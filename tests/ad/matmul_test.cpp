@@ -302,3 +302,23 @@ constexpr double grad_00() {
 }
 static_assert(grad_00() == 3.0);
 }  // namespace
+
+// A product whose operand is a slice of a parameter: the slice's map has the identity's type
+// (an offset and a step per axis), so the product must not write its operand's gradient
+// straight into the parameter's (found by the scan tests: the LSTM's carry slices).
+TEST_CASE("matmul: an operand that is a slice of a parameter gets its gradient through the slice") {
+  gx::index_t const B = 2, H = 3;
+  auto w = gx::param(gx::uniform<double>(gx::dims(H, 2 * H), 42, -0.6, 0.6));
+  auto hc = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 46, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(B, 2 * H), 47, -1.0, 1.0);
+  auto left = [&](auto&) { return gx::sum(gx::matmul(gx::slice<1>(hc, 0, H), w) * wo); };
+  auto right = [&](auto&) { return gx::sum(gx::matmul(gx::slice<1>(hc, H, 2 * H), w) * wo); };
+  auto nested = [&](auto&) {
+    auto h1 = gx::tanh(gx::matmul(gx::slice<1>(hc, 0, H), w));
+    return gx::sum(gx::tanh(gx::matmul(gx::slice<1>(h1, 1, 1 + H), w)) * wo);
+  };
+  CHECK_NUMGRAD(left, hc);
+  CHECK_NUMGRAD(right, hc);
+  CHECK_NUMGRAD(nested, hc);
+  CHECK_NUMGRAD(nested, w);
+}

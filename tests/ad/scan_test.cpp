@@ -52,3 +52,155 @@ TEST_CASE("scan: an Elman recurrence equals its compile-time unrolling, forward 
   CHECK_NUMGRAD(loss, b);
   CHECK_NUMGRAD(loss, h0);
 }
+
+namespace {
+// The gradients of one parameter by two expressions' backward, compared element by element.
+template <class P, class E1, class E2>
+void same_gradient(P& p, E1 const& a, E2 const& b, double tol) {
+  auto ga = gx::grad(a, p).to_dense();
+  auto gb = gx::grad(b, p).to_dense();
+  auto s = p.value().shape();
+  for (index_t k = 0; k < s.size(); ++k) {
+    auto c = gx::detail::unravel(s, k);
+    CHECK(ga[c] == doctest::Approx(gb[c]).epsilon(tol));
+  }
+}
+}  // namespace
+
+TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and the unrolled cells") {
+  index_t const B = 2, D = 3, H = 4;
+  constexpr index_t T = 3;
+  auto xs = gx::param(gx::uniform<double>(gx::dims(T, B, D), 31, -1.0, 1.0));
+  SUBCASE("GRU") {
+    auto wg = gx::param(gx::uniform<double>(gx::dims(D + H, 2 * H), 32, -0.6, 0.6));
+    auto bg = gx::param(gx::uniform<double>(gx::dims(2 * H), 33, -0.3, 0.3));
+    auto wn = gx::param(gx::uniform<double>(gx::dims(D + H, H), 34, -0.6, 0.6));
+    auto bn = gx::param(gx::uniform<double>(gx::dims(H), 35, -0.3, 0.3));
+    auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 36, -0.5, 0.5));
+    auto wo = gx::uniform<double>(gx::dims(T, B, H), 37, -1.0, 1.0);
+    auto cell = [&](auto const& x, auto const& h) { return gx::cells::gru(x, h, wg, bg, wn, bn); };
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }) * wo); };
+    CHECK_NUMGRAD(loss, wg);
+    CHECK_NUMGRAD(loss, bn);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xs);
+    // unrolled at compile time: three nested cells
+    auto h1 = cell(gx::select<0>(xs, 0), h0);
+    auto h2 = cell(gx::select<0>(xs, 1), h1);
+    auto h3 = cell(gx::select<0>(xs, 2), h2);
+    auto unrolled = gx::sum(h1 * gx::select<0>(wo, 0)) + gx::sum(h2 * gx::select<0>(wo, 1)) +
+                    gx::sum(h3 * gx::select<0>(wo, 2));
+    CHECK(gx::value(loss(wg)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
+    same_gradient(wg, loss(wg), unrolled, 1e-12);
+    same_gradient(wn, loss(wg), unrolled, 1e-12);
+    same_gradient(xs, loss(wg), unrolled, 1e-12);
+  }
+  SUBCASE("LSTM") {
+    auto w = gx::param(gx::uniform<double>(gx::dims(D + H, 4 * H), 42, -0.6, 0.6));
+    auto b = gx::param(gx::uniform<double>(gx::dims(4 * H), 43, -0.3, 0.3));
+    auto hc0 = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 46, -0.5, 0.5));
+    auto wo = gx::uniform<double>(gx::dims(T, B, 2 * H), 47, -1.0, 1.0);
+    auto cell = [&](auto const& x, auto const& hc) { return gx::cells::lstm(x, hc, w, b); };
+    auto loss = [&](auto&) { return gx::sum(gx::scan(hc0, xs, [&](auto hc, auto x) { return cell(x, hc); }) * wo); };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, b);
+    CHECK_NUMGRAD(loss, hc0);
+    CHECK_NUMGRAD(loss, xs);
+    auto c1 = cell(gx::select<0>(xs, 0), hc0);
+    auto c2 = cell(gx::select<0>(xs, 1), c1);
+    auto c3 = cell(gx::select<0>(xs, 2), c2);
+    auto unrolled = gx::sum(c1 * gx::select<0>(wo, 0)) + gx::sum(c2 * gx::select<0>(wo, 1)) +
+                    gx::sum(c3 * gx::select<0>(wo, 2));
+    CHECK(gx::value(loss(w)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
+    // (the unrolled LSTM's own gradients are wrong: the known bug below)
+  }
+}
+
+TEST_CASE("scan: the inputs gathered from an embedding table, the carries read by a product and a loss") {
+  index_t const T = 5, B = 3, V = 9, D = 4, H = 5, K = 3;
+  auto table = gx::param(gx::uniform<double>(gx::dims(V, D), 51, -1.0, 1.0));
+  gx::tensor<std::int64_t, shape<dyn>> tokens(gx::dims(T * B));
+  for (index_t i = 0; i < T * B; ++i) tokens(i) = (i * 7 + 3) % V;  // rows repeat
+  auto w = gx::param(gx::uniform<double>(gx::dims(D + H, H), 52, -0.6, 0.6));
+  auto b = gx::param(gx::uniform<double>(gx::dims(H), 53, -0.3, 0.3));
+  auto wo = gx::param(gx::uniform<double>(gx::dims(H, K), 54, -0.6, 0.6));
+  auto h0 = gx::zeros<double>(gx::dims(B, H));
+  gx::tensor<std::int64_t, shape<dyn>> y(gx::dims(T * B));
+  for (index_t i = 0; i < T * B; ++i) y(i) = (i * 5 + 1) % K;
+  auto loss = [&](auto&) {
+    auto xs = gx::reshape(gx::gather<0>(table, tokens), gx::dims(T, B, D));
+    auto hs = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); });
+    return gx::cross_entropy(gx::matmul(gx::reshape(hs, gx::dims(T * B, H)), wo), y);
+  };
+  CHECK_NUMGRAD(loss, table);
+  CHECK_NUMGRAD(loss, w);
+  CHECK_NUMGRAD(loss, b);
+  CHECK_NUMGRAD(loss, wo);
+}
+
+TEST_CASE("scan: no steps, one step, a body that ignores its input or its carry") {
+  index_t const B = 2, H = 3;
+  auto w = gx::param(gx::uniform<double>(gx::dims(H, H), 61, -0.6, 0.6));
+  auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 62, -0.5, 0.5));
+  SUBCASE("zero steps: an empty result, zero gradients") {
+    auto xs = gx::zeros<double>(gx::dims(0, B, H));
+    auto hs = gx::scan(h0, xs, [&](auto h, auto x) { return gx::tanh(gx::matmul(h, w) + x); });
+    auto r = gx::eval(hs);
+    CHECK(r.shape() == gx::dims(0, B, H));
+    auto g = gx::grad(gx::sum(hs), w).to_dense();
+    for (index_t k = 0; k < H * H; ++k) CHECK(g.data()[k] == 0.0);
+    auto g0 = gx::grad(gx::sum(hs), h0).to_dense();
+    for (index_t k = 0; k < B * H; ++k) CHECK(g0.data()[k] == 0.0);
+  }
+  SUBCASE("one step") {
+    auto xs = gx::uniform<double>(gx::dims(1, B, H), 63, -1.0, 1.0);
+    auto loss = [&](auto&) {
+      return gx::sum(gx::square(gx::scan(h0, xs, [&](auto h, auto x) { return gx::tanh(gx::matmul(h, w) + x); })));
+    };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, h0);
+  }
+  SUBCASE("a body that reads only its input: the carries do not depend on c0") {
+    auto xs = gx::uniform<double>(gx::dims(4, B, H), 64, -1.0, 1.0);
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto, auto x) { return gx::tanh(gx::matmul(x, w)); })); };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, h0);
+  }
+  SUBCASE("a body that reads only its carry (a power iteration)") {
+    auto xs = gx::zeros<double>(gx::dims(4, 1));
+    auto loss = [&](auto&) {
+      return gx::sum(gx::scan(h0, xs, [&](auto h, auto) { return gx::sin(gx::matmul(h, w)) * 0.9; }));
+    };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, h0);
+  }
+}
+
+TEST_CASE("scan: a carry whose shape the body changes at run time is a gradix::error naming both shapes") {
+  auto h0 = gx::zeros<double>(gx::dims(2, 3));
+  auto w = gx::uniform<double>(gx::dims(3, 4), 71, -1.0, 1.0);
+  auto xs = gx::zeros<double>(gx::dims(5, 2, 4));
+  auto build = [&] { return gx::scan(h0, xs, [&](auto h, auto x) { return gx::matmul(h, w) + x; }); };
+  CHECK_THROWS_WITH_AS(build(), doctest::Contains("gradix::scan: the body's new carry has shape [2, 4] but the carry c0 has shape [2, 3]"), gx::error);
+}
+
+// Known bug (found by this file, not in scan): nested cells that slice a concat of a let's
+// placeholder get wrong gradients when unrolled at compile time (two nested LSTM cells; the
+// smallest case below). gx::scan over the same cell is right (the LSTM case above checks it
+// against central differences). Skipped until fixed; run with --no-skip to see it fail.
+TEST_CASE("unrolled: two nested cells over concat and slices (known bug)" * doctest::skip()) {
+  index_t const B = 2, H = 3;
+  auto w = gx::param(gx::uniform<double>(gx::dims(H, 2 * H), 42, -0.6, 0.6));
+  auto hc0 = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 46, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(B, 2 * H), 47, -1.0, 1.0);
+  auto cell = [&](auto const& hc) {
+    auto h = gx::slice<1>(hc, 0, H);
+    auto c = gx::slice<1>(hc, H, 2 * H);
+    return gx::concat<1>(gx::slice<1>(gx::tanh(gx::matmul(h, w)), 0, H) * c, gx::slice<1>(gx::matmul(h, w), 0, H));
+  };
+  auto one = [&](auto&) { return gx::sum(cell(hc0) * wo); };
+  auto two = [&](auto&) { return gx::sum(cell(cell(hc0)) * wo); };
+  CHECK_NUMGRAD(one, hc0);  // right
+  CHECK_NUMGRAD(two, w);    // wrong today
+  CHECK_NUMGRAD(two, hc0);  // wrong today
+}

@@ -524,6 +524,32 @@ void positive_control() {
 
 }  // namespace
 
+// A recurrence (gx::scan) of 64 steps: a warm backward allocates nothing (the carries, the
+// inputs, the adjoints and one step's own kept values come from the call's workspace; the
+// steps' nodes from the thread's node arena, rewound after each step).
+void run_scan(int threads) {
+  gx::set_num_threads(threads);
+  gx::index_t const T = 64, B = 8, D = 12, H = 16;
+  auto xs = gx::uniform<float>(gx::dims(T, B, D), 21, -1.0f, 1.0f);
+  auto wx = gx::param(gx::uniform<float>(gx::dims(D, H), 22, -0.3f, 0.3f));
+  auto wh = gx::param(gx::uniform<float>(gx::dims(H, H), 23, -0.3f, 0.3f));
+  auto b = gx::param(gx::uniform<float>(gx::dims(H), 24, -0.1f, 0.1f));
+  auto h0 = gx::zeros<float>(gx::dims(B, H));
+  auto loss = [&] {
+    return gx::mean(gx::square(gx::scan(h0, xs, [&](auto h, auto x) {
+      return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + b);
+    })));
+  };
+  new_epoch();
+  float v = gx::backward(loss());  // cold
+  auto k = window([&] { v = gx::backward(loss()); });
+  escape(&v);
+  expect("warm backward through a 64-step scan: none", k, 0);
+  k = window([&] { v = gx::value(loss()); });
+  escape(&v);
+  expect("warm value of a 64-step scan: none", k, 0);
+}
+
 int main() {
   positive_control();
 
@@ -573,6 +599,8 @@ int main() {
   run_saved("parallel", 4, 1031, 1021);
   run_optim(1);
   run_optim(4);
+  run_scan(1);
+  run_scan(4);
 
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;

@@ -155,7 +155,7 @@ std::size_t element_scratch(Ex& ex, E const& e) {
     sub(e.pz());
   } else if constexpr (ad::is_scan_use<E>::value) {
     auto const& k = e.node_->node();
-    if constexpr (!std::is_same_v<decltype(e.p0_), ad::no_scan_p0 const>) {
+    if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(e.p0_)>, ad::no_scan_p0>) {
       adjoint_buffer<value_type_t<E>, shape_of_t<decltype(k)>> gout(k.gout_, k.shape());
       with_target(e.p0_, gout, [&](auto const& p0) { r = ex.scratch_bytes(p0); });
     }
@@ -214,15 +214,29 @@ struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, 
 /// An operand's gradient from its product: gemm(dst, accumulate) into the parameter's own
 /// gradient when the operand plan is one direct kernel (direct_gradient; nothing at all when
 /// grad() does not want it), else into the buffer buf, then the operand plan from it.
+/// Whether use k's map is the identity at run time and its domain covers its target's shape
+/// (a slice or a selection composes a map of the identity's type, with offsets or steps).
+template <class K>
+constexpr bool covers_target(K const& k) {
+  constexpr std::size_t R = K::domain_type::rank;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return ((get<J>(k.map_).off_ == 0 && get<J>(k.map_).scale_ == 1 &&
+             k.dom_.extent(J) == k.target_->shape().extent(J)) && ...);
+  }(std::make_index_sequence<R>{});
+}
+
 template <bool Serial, class Ex, class P, class T, class F>
 constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
   if constexpr (direct_gradient<P, typename Ex::space>::value) {
     auto const& k = get<0>(plan);
-    if (k.target_) gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
-  } else {
-    gemm_into(buf, false);
-    run_elements<Serial>(ex, plan);
+    if (!k.target_) return;  // grad() does not want it
+    if (covers_target(k)) {
+      gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
+      return;
+    }
   }
+  gemm_into(buf, false);
+  run_elements<Serial>(ex, plan);
 }
 
 template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
@@ -269,7 +283,7 @@ void run_scan(Ex& ex, E const& e) {
   using Sp = typename Ex::space;
   index_t const steps = k.steps();
   if (steps == 0) return;  // no step read c0 nor xs: their adjoints are zero
-  if constexpr (!std::is_same_v<decltype(e.p0_), ad::no_scan_p0 const>)
+  if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(e.p0_)>, ad::no_scan_p0>)
     adjoint_into<Serial>(ex, e.p0_, adjoint_buffer<T, shape_of_t<K>>(k.gout_, k.shape()));
   auto const cs = k.c0_.shape();
   auto const xsh = one_step(k.xs_.shape());
