@@ -128,9 +128,13 @@ TEST_CASE("scan: the inputs gathered from an embedding table, the carries read b
   gx::tensor<std::int64_t, shape<dyn>> y(gx::dims(T * B));
   for (index_t i = 0; i < T * B; ++i) y(i) = (i * 5 + 1) % K;
   auto loss = [&](auto&) {
-    auto xs = gx::reshape(gx::gather<0>(table, tokens), gx::dims(T, B, D));
-    auto hs = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); });
+    // doc-snippet: scan_loss
+    auto xs = gx::reshape(gx::gather<0>(table, tokens), gx::dims(T, B, D));  // [steps, batch, D]
+    auto hs = gx::scan(h0, xs, [&](auto h, auto x) {  // the carry, the step's input
+      return gx::tanh(gx::matmul(gx::concat<1>(x, h), w) + b);  // the new carry: gx::cells::elman
+    });  // [steps, batch, H]: every step's carry
     return gx::cross_entropy(gx::matmul(gx::reshape(hs, gx::dims(T * B, H)), wo), y);
+    // end doc-snippet
   };
   CHECK_NUMGRAD(loss, table);
   CHECK_NUMGRAD(loss, w);
