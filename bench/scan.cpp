@@ -1,8 +1,13 @@
 // gx::scan (issue 34): an Elman recurrence of run-time length, batch 32, input 64, hidden
-// 128, float, 1 thread. Per number of steps T: the forward (value of the mean square of every
-// carry) and the step (backward: the loss and every gradient), medians over repeats; the
-// ratios that issue 34 bounds: time(1024 steps) / time(512 steps) (linear: <= 2.1) and
-// backward / forward. Run: ninja -C build bench/bench_scan && build/bench/bench_scan [--reps=N]
+// 128, float, 1 thread. Per number of steps T and per way of writing the body: the forward
+// (value of the mean square of every carry) and the step (backward: the loss and every
+// gradient, its forward included), medians over repeats. The ratios issue 34 bounds:
+// time(1024 steps) / time(512 steps) (linear: <= 2.1) and a step's backward over its
+// forward, where a step's backward is the backward call's time less the forward's (the
+// reverse sweep). Bodies: "plain" tanh(x Wx + h Wh + b); "let" the same with the
+// pre-activation shared through gx::let (its adjoint computed once for both products and
+// the bias); "recompute" the plain body with gx::recompute_steps.
+// Run: ninja -C build bench/bench_scan && build/bench/bench_scan [--reps=N]
 #include <gradix/gradix.hpp>
 
 #include <algorithm>
@@ -41,25 +46,39 @@ int main(int argc, char** argv) {
   auto wh = gx::param(gx::uniform<float>(gx::dims(H, H), 3, -0.1f, 0.1f));
   auto b = gx::param(gx::uniform<float>(gx::dims(H), 4, -0.1f, 0.1f));
   auto h0 = gx::zeros<float>(gx::dims(B, H));
-  std::printf("steps, forward_ms, backward_ms, backward/forward, per_step_forward_us, per_step_backward_us\n");
-  double f512 = 0, b512 = 0;
-  for (index_t T : {128, 256, 512, 1024}) {
-    auto xs = gx::uniform<float>(gx::dims(T, B, D), 1, -1.0f, 1.0f);
-    auto loss = [&] {
-      return gx::mean(gx::square(gx::scan(h0, xs, [&](auto h, auto x) {
-        return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + b);
-      })));
-    };
-    float v = 0;
-    double const f = median_ms(reps, [&] { v = gx::value(loss()); });
-    double const g = median_ms(reps, [&] { v = gx::backward(loss()); });
-    std::printf("%lld, %.3f, %.3f, %.2f, %.2f, %.2f\n", (long long)T, f, g, g / f, 1e3 * f / double(T),
-                1e3 * g / double(T));
-    if (T == 512) {
-      f512 = f;
-      b512 = g;
+  std::printf("body, steps, forward_ms, backward_ms, sweep/forward, per_step_forward_us, per_step_sweep_us\n");
+  auto run = [&](char const* name, auto make_loss) {
+    double f512 = 0, b512 = 0;
+    for (index_t T : {128, 256, 512, 1024}) {
+      auto xs = gx::uniform<float>(gx::dims(T, B, D), 1, -1.0f, 1.0f);
+      float v = 0;
+      double const f = median_ms(reps, [&] { v = gx::value(make_loss(xs)); });
+      double const g = median_ms(reps, [&] { v = gx::backward(make_loss(xs)); });
+      std::printf("%s, %lld, %.3f, %.3f, %.2f, %.2f, %.2f\n", name, (long long)T, f, g, (g - f) / f,
+                  1e3 * f / double(T), 1e3 * (g - f) / double(T));
+      if (T == 512) {
+        f512 = f;
+        b512 = g;
+      }
+      if (T == 1024)
+        std::printf("# %s: 1024 / 512 steps: forward %.2f, backward %.2f (loss %g)\n", name, f / f512, g / b512,
+                    double(v));
     }
-    if (T == 1024) std::printf("# 1024 / 512 steps: forward %.2f, backward %.2f (loss %g)\n", f / f512, g / b512, double(v));
-  }
+  };
+  run("plain", [&](auto const& xs) {
+    return gx::mean(gx::square(gx::scan(h0, xs, [&](auto h, auto x) {
+      return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + b);
+    })));
+  });
+  run("let", [&](auto const& xs) {
+    return gx::mean(gx::square(gx::scan(h0, xs, [&](auto h, auto x) {
+      return gx::let(gx::matmul(x, wx) + gx::matmul(h, wh) + b, [](auto z) { return gx::tanh(z); });
+    })));
+  });
+  run("recompute", [&](auto const& xs) {
+    return gx::mean(gx::square(gx::scan(
+        h0, xs, [&](auto h, auto x) { return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + b); },
+        gx::recompute_steps)));
+  });
   return 0;
 }

@@ -322,3 +322,40 @@ TEST_CASE("matmul: an operand that is a slice of a parameter gets its gradient t
   CHECK_NUMGRAD(nested, hc);
   CHECK_NUMGRAD(nested, w);
 }
+
+// The same through kept nodes: a product's operand that slices a kept concat (two nested
+// cells that pack two states side by side, as an LSTM's carry), and slices of a sparse
+// parameter, plain and transposed. A slice of a buffer adjoint covers part of the node below
+// it; before the fix, a kept concat (or permute, reshape, row node) below took it for its
+// whole adjoint.
+TEST_CASE("matmul: operands that slice a kept concat or a sparse parameter") {
+  gx::index_t const B = 2, H = 3;
+  auto w2 = gx::param(gx::uniform<double>(gx::dims(H, H), 43, -0.6, 0.6));
+  auto hc0 = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 46, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(B, 2 * H), 47, -1.0, 1.0);
+  auto front = [&](auto const& hc) {
+    return gx::concat<1>(gx::matmul(gx::slice<1>(hc, 0, H), w2), gx::slice<1>(hc, H, 2 * H));
+  };
+  auto back = [&](auto const& hc) {
+    return gx::concat<1>(gx::slice<1>(hc, H, 2 * H), gx::matmul(gx::slice<1>(hc, 0, H), w2));
+  };
+  auto both = [&](auto const& hc) {
+    return gx::concat<1>(gx::matmul(gx::slice<1>(hc, 0, H), w2), gx::matmul(gx::slice<1>(hc, H, 2 * H), w2));
+  };
+  auto l1 = [&](auto&) { return gx::sum(front(front(hc0)) * wo); };
+  auto l2 = [&](auto&) { return gx::sum(back(back(hc0)) * wo); };
+  auto l3 = [&](auto&) { return gx::sum(both(both(hc0)) * wo); };
+  CHECK_NUMGRAD(l1, hc0);
+  CHECK_NUMGRAD(l1, w2);
+  CHECK_NUMGRAD(l2, hc0);
+  CHECK_NUMGRAD(l2, w2);
+  CHECK_NUMGRAD(l3, hc0);
+  CHECK_NUMGRAD(l3, w2);
+  auto E = gx::param(gx::uniform<double>(gx::dims(6, H), 44, -0.6, 0.6), gx::sparse_grad<0>);
+  auto wb = gx::uniform<double>(gx::dims(B, H), 48, -1.0, 1.0);
+  auto w3 = gx::uniform<double>(gx::dims(3, H), 49, -1.0, 1.0);
+  auto s1 = [&](auto&) { return gx::sum(gx::matmul(gx::slice<0>(E, 2, 2 + B), w2) * wb); };
+  auto s2 = [&](auto&) { return gx::sum(gx::matmul(gx::transpose(gx::slice<0>(E, 1, 4)), w3) * w2); };
+  CHECK_NUMGRAD(s1, E);
+  CHECK_NUMGRAD(s2, E);
+}

@@ -88,8 +88,10 @@ TEST_CASE("saved: ad::buffer_count_v and workspace_bytes follow the rule") {
   static_assert(buffer_count_v<decltype(gx::saved(x * 2.0))> == 1);
   static_assert(buffer_count_v<decltype(gx::saved(gx::sum<1>(x)) * 2.0)> == 1);  // one, not two
   CHECK(gx::workspace_bytes(gx::sum(gx::sum<1>(x))) == 0);
-  // doubles first, then floats, each rounded up to 64 bytes
-  CHECK(gx::workspace_bytes(gx::sum(logsumexp1(x))) == 3 * 64 + 2 * 64);  // + two arg-max buffers
+  // values (doubles, floats, long doubles, indices), then adjoint buffers (doubles, floats,
+  // long doubles), each kind rounded up to 64 bytes: 3 x 6 doubles kept, 2 x 6 arg-max
+  // indices, the kept sum's adjoint (6 doubles)
+  CHECK(gx::workspace_bytes(gx::sum(logsumexp1(x))) == 3 * 64 + 2 * 64 + 64);
   // a kept sum over a parameter also has an adjoint buffer of its size in a backward call
   // (docs/ad.md, "Adjoints of reductions"): the doubles take two lines, the floats (over a
   // constant, no adjoint buffer) one

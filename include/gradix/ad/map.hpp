@@ -149,6 +149,8 @@ template <>
 struct injective_ax<ax_const> : std::true_type {};
 template <class In, class I>
 struct injective_ax<ax_lookup<In, unique_vec<I>>> : injective_ax<In> {};
+template <class In>
+struct injective_ax<ax_lookup<In, index_range>> : injective_ax<In> {};  // (a slice's step is never 0)
 
 /// A map is injective (in the domain axes it depends on; the others are projected, summed)
 /// when every component is and each domain axis reaches at most one component, or when each
@@ -274,8 +276,12 @@ constexpr auto identity_map() {
   }(std::make_index_sequence<R>{});
 }
 
-/// Through index_node<_, Axis, Idx>: the operand's map from the node's map m.
-template <std::size_t Axis, class Idx, std::size_t RA, class... Ax>
+/// Through index_node<_, Axis, Idx>: the operand's map from the node's map m. A slice
+/// (index_range) composes affinely into the component (its type kept), unless RangeLookup:
+/// then the component becomes a lookup through the range (ad/push.hpp: a slice of an
+/// adjoint that is a buffer read at the identity, which must not look like the identity to
+/// the nodes below, since it covers only part of them).
+template <std::size_t Axis, class Idx, std::size_t RA, bool RangeLookup = false, class... Ax>
 constexpr auto compose_index(tuple<Ax...> const& m, Idx const& idx) {
   constexpr bool drop = std::is_same_v<Idx, index_select>;
   return [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -283,7 +289,7 @@ constexpr auto compose_index(tuple<Ax...> const& m, Idx const& idx) {
       if constexpr (K == Axis) {
         if constexpr (drop || std::is_same_v<Idx, index_at>) {
           return ax_const{idx.pos_};
-        } else if constexpr (std::is_same_v<Idx, index_range>) {
+        } else if constexpr (std::is_same_v<Idx, index_range> && !RangeLookup) {
           return affine_of(get<Axis>(m), idx.start_, idx.step_);
         } else {
           using In = std::remove_cvref_t<decltype(get<Axis>(m))>;

@@ -285,8 +285,14 @@ constexpr auto push(reduce_node<Op, A, Mask, Keep> const& n, D const& dom, V con
 // Index and view nodes.
 template <class A, std::size_t Axis, class Idx, class D, class V, class M>
 constexpr auto push(index_node<A, Axis, Idx> const& n, D const& dom, V const& v, M const& m) {
+  constexpr std::size_t R = shape_of_t<index_node<A, Axis, Idx>>::rank;
+  // a buffer adjoint read at the identity, sliced: the operand's map keeps the slice as a
+  // lookup, so that no node below takes the buffer for its own whole adjoint (a kept concat,
+  // a permute, a reshape, a row node, a product's direct gradient read a buffer at the
+  // identity as covering them)
+  constexpr bool lookup = is_view_v<V> && std::is_same_v<M, decltype(identity_map<R>())>;
   if constexpr (is_pending<V>::value) return push(n, dom, settle(v, dom), m);
-  else return push(n.arg_, dom, v, compose_index<Axis, Idx, shape_of_t<A>::rank>(m, n.idx_));
+  else return push(n.arg_, dom, v, compose_index<Axis, Idx, shape_of_t<A>::rank, lookup>(m, n.idx_));
 }
 template <class A, class P, std::size_t Axis, class D, class V, class M>
 constexpr auto push(take_along_node<A, P, Axis> const& n, D const& dom, V const& v, M const& m) {
@@ -551,8 +557,8 @@ constexpr auto push(let_node<Z, X, B> const&, D const&, V const&, M const&) {
                 "(gx::backward_plan_t), which binds its placeholder to a buffer");
   return tuple<>{};
 }
-template <class CN, class XN, class C0, class Xs, class B, class D, class V, class M>
-constexpr auto push(scan_node<CN, XN, C0, Xs, B> const&, D const&, V const&, M const&) {
+template <class CN, class XN, class C0, class Xs, class B, bool R, class D, class V, class M>
+constexpr auto push(scan_node<CN, XN, C0, Xs, B, R> const&, D const&, V const&, M const&) {
   static_assert(sizeof(B) == 0,
                 "gradix internal: a scan is planned only through the API's save transform "
                 "(gx::backward_plan_t), which runs its steps first");

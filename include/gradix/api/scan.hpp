@@ -58,13 +58,16 @@ using scan_space_t = std::conditional_t<!std::is_void_v<space_of_t<A>>, space_of
                                         std::conditional_t<!std::is_void_v<space_of_t<B>>, space_of_t<B>, host_space>>;
 }  // namespace detail
 
-/// The carries of the recurrence carry(t) = f(carry(t - 1), xs[t]), carry(-1) = c0, for t in
-/// [0, steps) with steps = xs's extent along axis 0 (docs/ad.md, "Loops: scan"). f takes the
-/// carry and the step's input (placeholder expressions) and returns the new carry: an
-/// expression of the carry's shape and element type. The result has shape [steps, C...]:
-/// result[t] is the carry after step t.
-template <operand C0, operand Xs, class F>
-constexpr auto scan(C0&& c0, Xs&& xs, F&& f) {
+/// The option of gx::scan that keeps only the carries in a backward call: the reverse sweep
+/// computes each step's own kept values (its products, reductions, lets) again from the
+/// kept carry. Memory: one step's values instead of every step's; time: each step's forward
+/// once more (docs/ad.md, "Loops: scan").
+struct recompute_steps_t {};
+inline constexpr recompute_steps_t recompute_steps{};
+
+namespace detail {
+template <bool Recompute, class C0, class Xs, class F>
+constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f) {
   using NC = detail::node_t<C0>;
   using NX = detail::node_t<Xs>;
   using T = value_type_t<NC>;
@@ -101,9 +104,25 @@ constexpr auto scan(C0&& c0, Xs&& xs, F&& f) {
       using XN = let_name<scan_level<L, 1>, T, SX, Sp, ad::reaches_param_v<NX>>;
       auto b = detail::bind_var<XP>(detail::bind_var<CP>(body, var_node<CN>{c.shape()}),
                                     var_node<XN>{detail::one_step(s.shape())});
-      return scan_node<CN, XN, NC, NX, decltype(b)>{c, s, b, detail::stepped(s.shape().extent(0), c.shape())};
+      return scan_node<CN, XN, NC, NX, decltype(b), Recompute>{c, s, b, detail::stepped(s.shape().extent(0), c.shape())};
     }
   }
+}
+}  // namespace detail
+
+/// The carries of the recurrence carry(t) = f(carry(t - 1), xs[t]), carry(-1) = c0, for t in
+/// [0, steps) with steps = xs's extent along axis 0 (docs/ad.md, "Loops: scan"). f takes the
+/// carry and the step's input (placeholder expressions) and returns the new carry: an
+/// expression of the carry's shape and element type. The result has shape [steps, C...]:
+/// result[t] is the carry after step t. A backward call keeps every step's own kept values
+/// (its products' results, ...); with gx::recompute_steps it keeps only the carries.
+template <operand C0, operand Xs, class F>
+constexpr auto scan(C0&& c0, Xs&& xs, F&& f) {
+  return detail::make_scan<false>(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f));
+}
+template <operand C0, operand Xs, class F>
+constexpr auto scan(C0&& c0, Xs&& xs, F&& f, recompute_steps_t) {
+  return detail::make_scan<true>(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f));
 }
 
 }  // namespace gradix

@@ -298,16 +298,21 @@ void run_scan(Ex& ex, E const& e) {
   z.nd = k.region_.nd;
   z.nl = k.region_.nl;
   z.ni = k.region_.ni;
+  z.af = k.region_.af;
+  z.ad = k.region_.ad;
+  z.al = k.region_.al;
   z.argmax = true;
   for (index_t t = steps - 1; t >= 0; --t) {
     T* gc = scan_carry_grad(t, steps, k.ga_, k.gb_);
     T* gnext = gc == k.ga_ ? k.gb_ : k.ga_;
     if (t > 0) ex.assign(tensor_view<T, CS, row_major, Sp>(gc, cs), CV(g + std::size_t(t - 1) * c, cs));
     else ex.clear(gc, index_t(c));
-    if (t == steps - 1) {
+    if (k.steps_) {
+      run_elements<Serial>(ex, e.step(*k.steps_[t], gnext));  // the step the forward kept
+    } else if (t == steps - 1) {
       run_elements<Serial>(ex, e.step(*k.last_, gnext));
     } else {
-      saved_space<Ex> sp(z, ex, k.region_, false);
+      saved_space<Ex> sp(z, ex, k.region_, 0, false);
       T const* carry = t == 0 ? k.c_init_ : k.h_ + std::size_t(t - 1) * c;
       auto const e2 = with_saved<true>(scan_body_at(k, k.vc_, k.vx_, cs, xsh, carry, k.x_ + std::size_t(t) * x, gc,
                                                     k.gxs_ ? k.gxs_ + std::size_t(t) * x : nullptr),

@@ -134,9 +134,9 @@ constexpr void count_product(N const& n, saved_sizes& z) {
   if (copies_operand<Ex, T>(n.lhs_)) z.template add<T>(std::size_t(n.lhs_.shape().size()));
   if (copies_operand<Ex, T>(n.rhs_)) z.template add<T>(std::size_t(n.rhs_.shape().size()));
   if (!z.argmax) return;
-  z.template add<T>(std::size_t(n.shape().size()));
-  if constexpr (ad::reaches_param_v<decltype(n.lhs_)>) z.template add<T>(std::size_t(n.lhs_.shape().size()));
-  if constexpr (ad::reaches_param_v<decltype(n.rhs_)>) z.template add<T>(std::size_t(n.rhs_.shape().size()));
+  z.template add_adjoint<T>(std::size_t(n.shape().size()));
+  if constexpr (ad::reaches_param_v<decltype(n.lhs_)>) z.template add_adjoint<T>(std::size_t(n.lhs_.shape().size()));
+  if constexpr (ad::reaches_param_v<decltype(n.rhs_)>) z.template add_adjoint<T>(std::size_t(n.rhs_.shape().size()));
 }
 /// Computes product n (its operands transformed already) into c (row-major, n's shape): its
 /// operands read in place or copied into buffers of s first, then one gemm (per batch
@@ -177,17 +177,23 @@ constexpr auto keep_product(N const& n, saved_space<Ex>& s) {
   r.extra_.a = o.a;
   r.extra_.b = o.b;
   if (s.argmax()) {
-    r.extra_.gc = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+    r.extra_.gc = adjoint_buffer<T, S>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
     if constexpr (ad::reaches_param_v<decltype(n.lhs_)>)
-      r.extra_.ga = s.template take<T>(std::size_t(n.lhs_.shape().size()));
+      r.extra_.ga = s.template take_adjoint<T>(std::size_t(n.lhs_.shape().size()));
     if constexpr (ad::reaches_param_v<decltype(n.rhs_)>)
-      r.extra_.gb = s.template take<T>(std::size_t(n.rhs_.shape().size()));
+      r.extra_.gb = s.template take_adjoint<T>(std::size_t(n.rhs_.shape().size()));
   }
   return r;
 }
 
 template <class Ex, class N>
 constexpr saved_sizes scan_step_sizes(N const& n, bool backward);
+/// Whether a call keeps every step's own kept values (a backward call, unless the scan
+/// recomputes them: gx::recompute_steps).
+template <class N>
+constexpr bool scan_keeps_steps(bool backward) {
+  return backward && !N::recompute;
+}
 
 template <class Ex, bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
@@ -201,14 +207,18 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     std::size_t const x = steps ? std::size_t(n.xs_.shape().size()) / steps : 0;
     z.template add<T>(steps * c + c + steps * x);
     if (z.argmax) {
-      z.template add<T>(steps * c + 2 * c);
-      if constexpr (N::input_name::reaches_param) z.template add<T>(steps * x);
+      z.template add_adjoint<T>(steps * c + 2 * c);
+      if constexpr (N::input_name::reaches_param) z.template add_adjoint<T>(steps * x);
     }
     saved_sizes const zs = scan_step_sizes<Ex>(n, z.argmax);
-    z.nf += zs.nf;
-    z.nd += zs.nd;
-    z.nl += zs.nl;
-    z.ni += zs.ni;
+    std::size_t const copies = scan_keeps_steps<N>(z.argmax) ? steps : 1;
+    z.nf += copies * zs.nf;
+    z.nd += copies * zs.nd;
+    z.nl += copies * zs.nl;
+    z.ni += copies * zs.ni;
+    z.af += zs.af;
+    z.ad += zs.ad;
+    z.al += zs.al;
     return;
   } else if constexpr (is_let_node<N>::value) {
     // the operand's kept values, its value (unless its root keeps it), in a backward call
@@ -218,7 +228,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     count_saved<Ex, true>(n.z_, z);
     if constexpr (!ad::keeps_value_v<Z, true>) z.template add<T>(std::size_t(n.z_.shape().size()));
     if constexpr (ad::reaches_param_v<Z>)
-      if (z.argmax) z.template add<T>(std::size_t(n.z_.shape().size()));
+      if (z.argmax) z.template add_adjoint<T>(std::size_t(n.z_.shape().size()));
     count_saved<Ex, Under>(n.body_, z);
     return;
   } else if constexpr (is_bound_let_node<N>::value) {
@@ -237,7 +247,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     // a kept sum or mean: its adjoint buffer, in a backward call
     using K = typename kept_node<N>::type;
     if constexpr (stages_reduction_v<K> && ad::reaches_param_v<K>)
-      if (z.argmax) z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
+      if (z.argmax) z.template add_adjoint<value_type_t<N>>(std::size_t(n.shape().size()));
   }
   if constexpr (is_matmul_node<N>::value) count_product<Ex>(n, z);
   if constexpr (is_row_node<N>::value) {
@@ -246,13 +256,13 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
       z.template add<value_type_t<N>>(std::size_t(len > 0 ? n.shape().size() / len : 0));
     }
     if constexpr (ad::reaches_param_v<N>)
-      if (z.argmax) z.template add<value_type_t<N>>(2 * std::size_t(n.shape().size()));  // gout, gin
+      if (z.argmax) z.template add_adjoint<value_type_t<N>>(2 * std::size_t(n.shape().size()));  // gout, gin
   }
   if constexpr (is_segment_sum_node<N>::value) {
     if (z.argmax) {  // bag_of and scale per position, the adjoint of the result
       z.template add<index_t>(std::size_t(n.arg_.shape().extent(0)));
       z.template add<value_type_t<N>>(std::size_t(n.arg_.shape().extent(0)));
-      z.template add<value_type_t<N>>(std::size_t(n.shape().size()));
+      z.template add_adjoint<value_type_t<N>>(std::size_t(n.shape().size()));
     }
   }
   constexpr bool U = ad::operands_under_v<N>;
@@ -283,7 +293,7 @@ constexpr auto keep_segments(N const& n, saved_space<Ex>& s) {
   s.ex().bags(n, bag, sc);
   r.extra_.bag_of = bag;
   r.extra_.scale = sc;
-  r.extra_.gout = adjoint_buffer<T, shape_of_t<N>>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+  r.extra_.gout = adjoint_buffer<T, shape_of_t<N>>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
   return r;
 }
 /// A row node kept: its rows (row_values; the norms' factor per row too), and in a backward
@@ -305,8 +315,8 @@ constexpr auto keep_row(N const& n, saved_space<Ex>& s) {
   r.extra_.rstd = rstd;
   if constexpr (ad::reaches_param_v<N>) {
     if (s.argmax()) {
-      r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
-      r.extra_.gin = s.template take<T>(std::size_t(n.shape().size()));
+      r.extra_.gout = adjoint_buffer<T, S>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
+      r.extra_.gin = s.template take_adjoint<T>(std::size_t(n.shape().size()));
     }
   }
   return r;
@@ -335,7 +345,7 @@ constexpr auto keep_reshape(N const& n, saved_space<Ex>& s) {
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(data, n.shape())};
   if constexpr (ad::reaches_param_v<N>) {
-    if (s.argmax()) r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+    if (s.argmax()) r.extra_.gout = adjoint_buffer<T, S>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
   }
   return r;
 }
@@ -360,7 +370,7 @@ constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s) {
   R r{s.keep_node(n), typename R::buffer_type(buf)};
   if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {
     if (s.argmax())
-      r.extra_.gout = adjoint_buffer<T, S>(s.template take<T>(std::size_t(n.shape().size())), n.shape());
+      r.extra_.gout = adjoint_buffer<T, S>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
   }
   if constexpr (ad::needs_argmax<N>::value) {
     if (!s.argmax()) return r;
@@ -401,7 +411,7 @@ constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s) {
   // adds into it (its saved node holds it as the target of those kernels)
   T* gz = nullptr;
   if constexpr (Nm::reaches_param)
-    if (s.argmax()) gz = s.template take<T>(std::size_t(n.z_.shape().size()));
+    if (s.argmax()) gz = s.template take_adjoint<T>(std::size_t(n.z_.shape().size()));
   auto rep = [&] {
     if constexpr (is_saved_node<Z2>::value) {
       using R = saved_node<var_node<Nm>, typename Z2::layout_type>;
@@ -511,21 +521,29 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   s.ex().assign(tensor_view<T, XsS, row_major, Sp>(xb, xs2.shape()), xs2);
   T *gout = nullptr, *ga = nullptr, *gb = nullptr, *gxs = nullptr;
   if (s.argmax()) {
-    gout = s.template take<T>(std::size_t(steps) * c);
-    ga = s.template take<T>(c);
-    gb = s.template take<T>(c);
-    if constexpr (XN::reaches_param) gxs = s.template take<T>(std::size_t(steps) * x);
+    gout = s.template take_adjoint<T>(std::size_t(steps) * c);
+    ga = s.template take_adjoint<T>(c);
+    gb = s.template take_adjoint<T>(c);
+    if constexpr (XN::reaches_param) gxs = s.template take_adjoint<T>(std::size_t(steps) * x);
   }
   saved_sizes const zs = scan_step_sizes<Ex>(n, s.argmax());
+  bool const keep_all = scan_keeps_steps<N>(s.argmax());
+  std::size_t const copies = keep_all ? std::size_t(steps) : 1;
   scan_region r;
   r.nf = zs.nf;
   r.nd = zs.nd;
   r.nl = zs.nl;
   r.ni = zs.ni;
-  r.f = s.template take<float>(zs.nf);
-  r.d = s.template take<double>(zs.nd);
-  r.l = s.template take<long double>(zs.nl);
-  r.i = s.template take<index_t>(zs.ni);
+  r.af = zs.af;
+  r.ad = zs.ad;
+  r.al = zs.al;
+  r.f = s.template take<float>(copies * zs.nf);
+  r.d = s.template take<double>(copies * zs.nd);
+  r.l = s.template take<long double>(copies * zs.nl);
+  r.i = s.template take<index_t>(copies * zs.ni);
+  r.fa = s.template take_adjoint<float>(zs.af);
+  r.da = s.template take_adjoint<double>(zs.ad);
+  r.la = s.template take_adjoint<long double>(zs.al);
   auto const* vc = s.keep_node(var_node<CN>{cs});
   auto const* vx = s.keep_node(var_node<XN>{xsh});
   auto body_at = [&](index_t t) {
@@ -535,12 +553,18 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   };
   using Step = decltype(with_saved<true>(body_at(0), s));
   Step const* last = nullptr;
+  Step const** all = keep_all ? s.template keep_array<Step const*>(std::size_t(steps)) : nullptr;
   for (index_t t = 0; t < steps; ++t) {
-    bool const keep = t == steps - 1;
-    saved_space<Ex> sp(zs, s.ex(), r, keep);
+    // each step's values in its own part of the region (or all in one, given back after
+    // the step, when they are not kept), the adjoint buffers shared
+    bool const keep = keep_all || t == steps - 1;
+    saved_space<Ex> sp(zs, s.ex(), r, keep_all ? std::size_t(t) : 0, keep);
     auto const e2 = with_saved<true>(body_at(t), sp);
     s.ex().assign(tensor_view<T, CS, row_major, Sp>(h + std::size_t(t) * c, cs), e2);
-    if (keep) last = s.keep_node(e2);
+    if (keep) {
+      last = s.keep_node(e2);
+      if (all) all[t] = last;
+    }
   }
   using K = scanned<CN, XN, decltype(c02), decltype(xs2), std::remove_cvref_t<decltype(n.body_)>, Step>;
   K k{c02, xs2, n.body_, n.shape_};
@@ -554,6 +578,7 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   k.backward_ = s.argmax();
   k.region_ = r;
   k.last_ = last;
+  k.steps_ = all;
   k.vc_ = vc;
   k.vx_ = vx;
   using R = saved_node<K, row_major>;

@@ -16,17 +16,22 @@
 
 namespace gradix::detail {
 
-/// Elements of each kind a call keeps.
+/// Elements of each kind a call keeps: values (computed before the expression runs: kept
+/// values, copies, arg-maxes, bags) and, in a backward call, adjoint buffers (written by the
+/// backward's plan elements). A scan keeps each step's values and shares one set of adjoint
+/// buffers between its steps (exec/save.hpp, keep_scan).
 struct saved_sizes {
   std::size_t nf = 0;  // float
   std::size_t nd = 0;  // double
   std::size_t nl = 0;  // long double
-  std::size_t ni = 0;  // index_t (arg-max coordinates of kept max reductions)
+  std::size_t ni = 0;  // index_t (arg-max coordinates of kept max reductions, bags)
+  std::size_t af = 0, ad = 0, al = 0;  // adjoint buffers: float, double, long double
   bool argmax = false;  // a backward call: kept max reductions keep their arg-max too
   constexpr std::size_t bytes() const {
     auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
     return up(nd * sizeof(double)) + up(nf * sizeof(float)) + up(nl * sizeof(long double)) +
-           up(ni * sizeof(index_t));
+           up(ni * sizeof(index_t)) + up(ad * sizeof(double)) + up(af * sizeof(float)) +
+           up(al * sizeof(long double));
   }
   template <class T>
   constexpr void add(std::size_t n) {
@@ -34,6 +39,21 @@ struct saved_sizes {
     else if constexpr (std::is_same_v<T, double>) nd += n;
     else if constexpr (std::is_same_v<T, index_t>) ni += n;
     else nl += n;
+  }
+  template <class T>
+  constexpr void add_adjoint(std::size_t n) {
+    if constexpr (std::is_same_v<T, float>) af += n;
+    else if constexpr (std::is_same_v<T, double>) ad += n;
+    else al += n;
+  }
+  constexpr void add_all(saved_sizes const& o) {
+    nf += o.nf;
+    nd += o.nd;
+    nl += o.nl;
+    ni += o.ni;
+    af += o.af;
+    ad += o.ad;
+    al += o.al;
   }
 };
 
@@ -115,6 +135,9 @@ class saved_space {
       if (z.nd) d_ = new double[z.nd]{};
       if (z.nl) l_ = new long double[z.nl]{};
       if (z.ni) i_ = new index_t[z.ni]{};
+      if (z.af) fa_ = new float[z.af]{};
+      if (z.ad) da_ = new double[z.ad]{};
+      if (z.al) la_ = new long double[z.al]{};
       return;
     }
     take_from_workspace(z);
@@ -122,8 +145,17 @@ class saved_space {
   /// (run time only) A scan step's buffers: carved from region r of the call's workspace
   /// (expr/scan.hpp), nothing taken from the workspace itself; the nodes it keeps are given
   /// back when it ends, unless keep_nodes (the last step's, which the call keeps).
-  saved_space(saved_sizes const& z, X& ex, scan_region const& r, bool keep_nodes)
-      : z_(z), ex_(&ex), f_(r.f), d_(r.d), l_(r.l), i_(r.i), keep_nodes_(keep_nodes) {}
+  saved_space(saved_sizes const& z, X& ex, scan_region const& r, std::size_t step, bool keep_nodes)
+      : z_(z),
+        ex_(&ex),
+        f_(r.f + step * r.nf),
+        d_(r.d + step * r.nd),
+        l_(r.l + step * r.nl),
+        i_(r.i + step * r.ni),
+        fa_(r.fa),
+        da_(r.da),
+        la_(r.la),
+        keep_nodes_(keep_nodes) {}
   /// Marks the thread's node arena now (run time), so that the nodes kept from here on, by
   /// this space or by spaces made after it, are given back when this one ends.
   void hold_arena() {
@@ -161,6 +193,10 @@ class saved_space {
     std::byte* lp = base + up(z.nd * sizeof(double)) + up(z.nf * sizeof(float));
     l_ = reinterpret_cast<long double*>(lp);
     i_ = reinterpret_cast<index_t*>(lp + up(z.nl * sizeof(long double)));
+    std::byte* ap = lp + up(z.nl * sizeof(long double)) + up(z.ni * sizeof(index_t));
+    da_ = reinterpret_cast<double*>(ap);
+    fa_ = reinterpret_cast<float*>(ap + up(z.ad * sizeof(double)));
+    la_ = reinterpret_cast<long double*>(ap + up(z.ad * sizeof(double)) + up(z.af * sizeof(float)));
   }
   void release() {
     if (ws_) ws_->top_ = 0;
@@ -175,6 +211,9 @@ class saved_space {
       delete[] d_;
       delete[] l_;
       delete[] i_;
+      delete[] fa_;
+      delete[] da_;
+      delete[] la_;
       while (nodes_) {
         node_holder_base* next = nodes_->next;
         delete nodes_;
@@ -208,13 +247,28 @@ class saved_space {
   constexpr X& ex() const { return *ex_; }
   /// Whether kept max reductions keep their arg-max (a backward call).
   constexpr bool argmax() const { return z_.argmax; }
-  /// The next n elements of T.
+  /// The next n elements of T (values).
   template <class T>
   constexpr T* take(std::size_t n) {
     if constexpr (std::is_same_v<T, float>) return f_ + (uf_ += n) - n;
     else if constexpr (std::is_same_v<T, double>) return d_ + (ud_ += n) - n;
     else if constexpr (std::is_same_v<T, index_t>) return i_ + (ui_ += n) - n;
     else return l_ + (ul_ += n) - n;
+  }
+  /// The next n elements of T among the adjoint buffers (a backward call's).
+  template <class T>
+  constexpr T* take_adjoint(std::size_t n) {
+    if constexpr (std::is_same_v<T, float>) return fa_ + (ufa_ += n) - n;
+    else if constexpr (std::is_same_v<T, double>) return da_ + (uda_ += n) - n;
+    else return la_ + (ula_ += n) - n;
+  }
+  /// (run time) Room for n objects of trivially destructible R in the thread's node arena,
+  /// uninitialized, kept until this space ends (a scan's steps).
+  template <class R>
+  R* keep_array(std::size_t n) {
+    static_assert(std::is_trivially_destructible_v<R> && alignof(R) <= 16);
+    hold_arena();
+    return static_cast<R*>(arena_->take((n * sizeof(R) + 15) / 16 * 16));
   }
 
  private:
@@ -224,7 +278,11 @@ class saved_space {
   double* d_ = nullptr;
   long double* l_ = nullptr;
   index_t* i_ = nullptr;
+  float* fa_ = nullptr;
+  double* da_ = nullptr;
+  long double* la_ = nullptr;
   std::size_t uf_ = 0, ud_ = 0, ul_ = 0, ui_ = 0;
+  std::size_t ufa_ = 0, uda_ = 0, ula_ = 0;
   bool keep_nodes_ = false;
   node_arena* arena_ = nullptr;  // (run time) the thread's, from mark_ on
   node_arena::mark mark_{};

@@ -86,8 +86,10 @@ constexpr typename step_shape<S>::type one_step(S const& s) {
 }
 }  // namespace detail
 
-/// out[t] = the carry after step t: carry(-1) = c0_, carry(t) = body_(carry(t-1), xs_[t]).
-template <class CN, class XN, class C0, class Xs, class Body>
+/// out[t] = the carry after step t: carry(-1) = c0_, carry(t) = body_(carry(t - 1), xs_[t]).
+/// Recompute: a backward call keeps only the carries and computes each step's own kept
+/// values again in the reverse sweep (gx::recompute_steps); otherwise it keeps every step's.
+template <class CN, class XN, class C0, class Xs, class Body, bool Recompute = false>
 struct scan_node {
   using is_gradix_expression = void;
   using value_type = typename CN::value_type;
@@ -96,6 +98,7 @@ struct scan_node {
   using space_type = typename CN::space_type;
   using carry_name = CN;
   using input_name = XN;
+  static constexpr bool recompute = Recompute;
   C0 c0_;
   Xs xs_;
   Body body_;
@@ -104,14 +107,19 @@ struct scan_node {
   constexpr index_t steps() const { return shape_.extent(0); }
 };
 
-/// The workspace one step's own kept values use (exec/save.hpp: a step's buffers are carved
-/// from it, and given back after the step): the base of each kind and its size.
+/// The workspace the steps' own kept values use (exec/save.hpp): per kind, the base of the
+/// values (every step's one after the other, or one step's reused when the scan recomputes
+/// them) and one step's count; the adjoint buffers, one set that every step shares.
 struct scan_region {
   float* f = nullptr;
   double* d = nullptr;
   long double* l = nullptr;
   index_t* i = nullptr;
-  std::size_t nf = 0, nd = 0, nl = 0, ni = 0;
+  float* fa = nullptr;
+  double* da = nullptr;
+  long double* la = nullptr;
+  std::size_t nf = 0, nd = 0, nl = 0, ni = 0;  // one step's values
+  std::size_t af = 0, ad = 0, al = 0;          // the adjoint buffers
 };
 
 /// A scan after the save transform (held by the call, read through a saved_node).
@@ -140,8 +148,9 @@ struct scanned {
   T* gb_ = nullptr;
   T* gxs_ = nullptr;
   bool backward_ = false;      // kept in a backward call (the steps took adjoint buffers)
-  scan_region region_{};       // one step's own kept values
+  scan_region region_{};       // the steps' own kept values
   Step const* last_ = nullptr;  // the last step's transformed body (its nodes kept by the call)
+  Step const* const* steps_ = nullptr;  // every step's, when the call keeps them (else null)
   var_node<CN> const* vc_ = nullptr;  // the placeholders (kept by the call: the steps' saved
   var_node<XN> const* vx_ = nullptr;  // nodes point at them)
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
@@ -150,8 +159,8 @@ struct scanned {
 
 template <class N>
 struct is_scan_node : std::false_type {};
-template <class CN, class XN, class C0, class Xs, class B>
-struct is_scan_node<scan_node<CN, XN, C0, Xs, B>> : std::true_type {};
+template <class CN, class XN, class C0, class Xs, class B, bool R>
+struct is_scan_node<scan_node<CN, XN, C0, Xs, B, R>> : std::true_type {};
 template <class N>
 struct is_scanned : std::false_type {};
 template <class CN, class XN, class C0, class Xs, class B, class St>
