@@ -239,6 +239,36 @@ constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
   run_elements<Serial>(ex, plan);
 }
 
+/// Whether the product's adjoint can be read where it is: u0 (its one incoming kernel) reads
+/// a view of the call's memory at the identity, covering the product exactly (a let's or a
+/// staged buffer: the adjoint is that buffer, nothing to copy), with a stride a gemm takes.
+/// Then g is set to it.
+template <class Ex, class T, class P0>
+constexpr bool adjoint_in_place(P0 const& u0, index_t rows, index_t cols, index_t batch_stride_rank3, mat_ref<T>& g) {
+  using V = typename P0::value_expr;
+  using D = typename P0::domain_type;
+  constexpr std::size_t R = D::rank;
+  if constexpr (is_view_v<V> && ad::kernel_traits<P0>::projected_mask == 0 &&
+                std::is_same_v<typename P0::map_type, decltype(ad::identity_map<R>())> && (R == 2 || R == 3)) {
+    if constexpr (!std::is_same_v<std::remove_const_t<typename V::value_type>, T> ||
+                  !std::is_same_v<typename V::space_type, typename Ex::space>) {
+      return false;
+    } else {
+      bool const exact = [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return ((get<J>(u0.map_).off_ == 0 && get<J>(u0.map_).scale_ == 1 &&
+                 u0.v_.shape().extent(J) == u0.dom_.extent(J)) && ...);
+      }(std::make_index_sequence<R>{});
+      if (!exact || u0.dom_.extent(R - 2) != rows || u0.dom_.extent(R - 1) != cols) return false;
+      index_t const rs = u0.v_.strides_[R - 2], cs = u0.v_.strides_[R - 1];
+      if (!Ex::template in_place<T>(rows, cols, rs, cs)) return false;
+      g = mat_ref<T>{u0.v_.data_, rs, cs, R == 3 ? u0.v_.strides_[0] : batch_stride_rank3};
+      return true;
+    }
+  } else {
+    return false;
+  }
+}
+
 template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
 constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = *u.node_;
@@ -249,9 +279,9 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   using B = std::remove_cvref_t<decltype(mm.rhs_)>;
   constexpr bool batched = std::remove_cvref_t<decltype(mm)>::rank == 3;
   index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
-  T* const gc = st.gc.data();
-  adjoint_into<Serial>(ex, u.p0_, st.gc);  // d C
-  mat_ref<T> const g{gc, n, 1, batched ? m * n : 0};
+  mat_ref<T> g{st.gc.data(), n, 1, batched ? m * n : 0};
+  if (std::is_constant_evaluated() || !adjoint_in_place<Ex>(u.p0_, m, n, 0, g))
+    adjoint_into<Serial>(ex, u.p0_, st.gc);  // d C, into its buffer
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
     constexpr bool own = shape_of_t<A>::rank == 3;
