@@ -197,3 +197,72 @@ TEST_CASE("scan: a carry whose shape the body changes at run time is a gradix::e
   auto build = [&] { return gx::scan(h0, xs, [&](auto h, auto x) { return gx::matmul(h, w) + x; }); };
   CHECK_THROWS_WITH_AS(build(), doctest::Contains("gradix::scan: the body's new carry has shape [2, 4] but the carry c0 has shape [2, 3]"), gx::error);
 }
+
+TEST_CASE("scan: sequences of different lengths (gx::lengths): finished rows keep their carry") {
+  index_t const T = 5, B = 4, D = 3, H = 4;
+  auto xs = gx::param(gx::uniform<double>(gx::dims(T, B, D), 81, -1.0, 1.0));
+  auto w = gx::param(gx::uniform<double>(gx::dims(D + H, H), 82, -0.6, 0.6));
+  auto b = gx::param(gx::uniform<double>(gx::dims(H), 83, -0.3, 0.3));
+  auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 84, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(T, B, H), 85, -1.0, 1.0);
+  gx::tensor<std::int64_t, shape<dyn>> len(gx::dims(B));
+  len(0) = 5;
+  len(1) = 2;
+  len(2) = 0;
+  len(3) = 3;
+  auto cell = [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); };
+  auto hs = gx::scan(h0, xs, cell, gx::lengths(len));
+  auto full = gx::eval(gx::scan(h0, xs, cell));
+  auto got = gx::eval(hs);
+  for (index_t r = 0; r < B; ++r)
+    for (index_t t = 0; t < T; ++t)
+      for (index_t j = 0; j < H; ++j) {
+        // row r runs len(r) steps, then repeats its last carry (h0 when it runs none)
+        double const want = t < len(r) ? full(t, r, j) : (len(r) == 0 ? h0.value()(r, j) : full(len(r) - 1, r, j));
+        CHECK(got(t, r, j) == want);
+      }
+  SUBCASE("gradients") {
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, cell, gx::lengths(len)) * wo); };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, b);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xs);
+    auto again = [&](auto&) { return gx::sum(gx::scan(h0, xs, cell, gx::lengths(len), gx::recompute_steps) * wo); };
+    CHECK_NUMGRAD(again, w);
+    CHECK_NUMGRAD(again, h0);
+  }
+  SUBCASE("a length outside the sequence, or a lengths vector of another extent, is an error before any step") {
+    len(2) = 6;
+    CHECK_THROWS_WITH_AS(gx::eval(hs), doctest::Contains("gradix::scan: lengths[2] = 6 is outside the sequence of 5 steps"), gx::error);
+    len(2) = -1;
+    CHECK_THROWS_WITH_AS(gx::eval(hs), doctest::Contains("gradix::scan: lengths[2] = -1 is outside"), gx::error);
+    gx::tensor<std::int64_t, shape<dyn>> three(gx::dims(3));
+    three(0) = three(1) = three(2) = 1;
+    CHECK_THROWS_WITH_AS(gx::eval(gx::scan(h0, xs, cell, gx::lengths(three))),
+                         doctest::Contains("gradix::scan: gx::lengths has 3 lengths but the carry has 4 rows"), gx::error);
+  }
+}
+
+TEST_CASE("scan: an early exit (gx::stop_when) for a fixed-point iteration") {
+  // x <- cos(x) converges to 0.739085...; stop when a step moves every entry less than 1e-10
+  index_t const steps = 200;
+  auto x0 = gx::uniform<double>(gx::dims(3), 91, 0.0, 1.0);
+  auto none = gx::zeros<double>(gx::dims(steps, 1));
+  double prev[3] = {x0(0), x0(1), x0(2)};
+  index_t stopped_at = -1;
+  auto until = gx::stop_when([&](auto const& x, index_t t) {
+    bool done = true;
+    for (index_t i = 0; i < 3; ++i) {
+      done = done && std::abs(x(i) - prev[i]) < 1e-10;
+      prev[i] = x(i);
+    }
+    if (done && stopped_at < 0) stopped_at = t;
+    return done;
+  });
+  auto xs = gx::eval(gx::scan(x0, none, [](auto x, auto) { return gx::cos(x); }, until));
+  REQUIRE(stopped_at > 0);
+  CHECK(stopped_at < 100);
+  for (index_t t = stopped_at; t < steps; ++t)
+    for (index_t i = 0; i < 3; ++i) CHECK(xs(t, i) == xs(stopped_at, i));  // repeated after the exit
+  CHECK(xs(steps - 1, 0) == doctest::Approx(0.7390851332151607).epsilon(1e-9));
+}

@@ -557,8 +557,8 @@ constexpr auto push(let_node<Z, X, B> const&, D const&, V const&, M const&) {
                 "(gx::backward_plan_t), which binds its placeholder to a buffer");
   return tuple<>{};
 }
-template <class CN, class XN, class C0, class Xs, class B, bool R, class D, class V, class M>
-constexpr auto push(scan_node<CN, XN, C0, Xs, B, R> const&, D const&, V const&, M const&) {
+template <class CN, class XN, class C0, class Xs, class B, class O, class D, class V, class M>
+constexpr auto push(scan_node<CN, XN, C0, Xs, B, O> const&, D const&, V const&, M const&) {
   static_assert(sizeof(B) == 0,
                 "gradix internal: a scan is planned only through the API's save transform "
                 "(gx::backward_plan_t), which runs its steps first");

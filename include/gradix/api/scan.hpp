@@ -65,9 +65,73 @@ using scan_space_t = std::conditional_t<!std::is_void_v<space_of_t<A>>, space_of
 struct recompute_steps_t {};
 inline constexpr recompute_steps_t recompute_steps{};
 
+/// The option of gx::scan for a batch of sequences of different lengths: len (an integer
+/// tensor or view of shape [batch], batch = the carry's extent along axis 0, in host memory)
+/// gives each sequence's number of steps, 0 <= len[b] <= steps; row b of the carry stops
+/// changing after step len[b] - 1 (its later carries repeat it), as PyTorch's packed
+/// sequences. A length outside [0, steps] or a len of another extent is a gradix::error
+/// naming it, raised before any step runs.
+template <class V>
+struct lengths_t {
+  V view_;
+};
+template <operand L>
+constexpr auto lengths(L&& len) {
+  using N = detail::node_t<L>;
+  static_assert(is_view_v<N>, "gradix::lengths: the lengths must be a tensor or a view (of integers)");
+  static_assert(std::is_integral_v<std::remove_const_t<value_type_t<N>>>, "gradix::lengths: the lengths must be integers");
+  static_assert(shape_of_t<N>::rank == 1, "gradix::lengths: the lengths have one axis (one length per sequence)");
+  static_assert(std::is_same_v<space_of_t<N>, host_space>,
+                "gradix::lengths: the lengths must be in host memory (gradix checks them before the steps run)");
+  return lengths_t<N>{detail::as_node(static_cast<L&&>(len))};
+}
+
+/// The option of gx::scan that ends the loop early, for solvers: pred(carry, t) (carry a
+/// host tensor_view of the carry after step t, t the step) is asked after each step; when it
+/// returns true no step runs after t, and the later carries repeat carry t (every row, as
+/// if every length were t + 1). Host scans only. backward through such a scan is the
+/// gradient of what ran.
+template <class P>
+struct stop_when_t {
+  P pred_;
+};
+template <class P>
+constexpr stop_when_t<std::decay_t<P>> stop_when(P&& pred) {
+  return {static_cast<P&&>(pred)};
+}
+
 namespace detail {
-template <bool Recompute, class C0, class Xs, class F>
-constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f) {
+/// The scan_opts of a list of gx::scan options (each given at most once).
+template <bool R, class L, class S>
+constexpr auto scan_options(scan_opts<R, L, S> o) {
+  return o;
+}
+template <bool R, class L, class S, class... More>
+constexpr auto scan_options(scan_opts<R, L, S> o, recompute_steps_t, More... more) {
+  static_assert(!R, "gradix::scan: gx::recompute_steps is given twice");
+  return scan_options(scan_opts<true, L, S>{o.len_, o.stop_}, more...);
+}
+template <bool R, class L, class S, class V, class... More>
+constexpr auto scan_options(scan_opts<R, L, S> o, lengths_t<V> l, More... more) {
+  static_assert(std::is_same_v<L, no_lengths>, "gradix::scan: gx::lengths is given twice");
+  return scan_options(scan_opts<R, V, S>{l.view_, o.stop_}, more...);
+}
+template <bool R, class L, class S, class P, class... More>
+constexpr auto scan_options(scan_opts<R, L, S> o, stop_when_t<P> p, More... more) {
+  static_assert(std::is_same_v<S, no_stop>, "gradix::scan: gx::stop_when is given twice");
+  return scan_options(scan_opts<R, L, P>{o.len_, p.pred_}, more...);
+}
+template <class O>
+struct is_scan_option : std::false_type {};
+template <>
+struct is_scan_option<recompute_steps_t> : std::true_type {};
+template <class V>
+struct is_scan_option<lengths_t<V>> : std::true_type {};
+template <class P>
+struct is_scan_option<stop_when_t<P>> : std::true_type {};
+
+template <class Opt, class C0, class Xs, class F>
+constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
   using NC = detail::node_t<C0>;
   using NX = detail::node_t<Xs>;
   using T = value_type_t<NC>;
@@ -104,7 +168,9 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f) {
       using XN = let_name<scan_level<L, 1>, T, SX, Sp, ad::reaches_param_v<NX>>;
       auto b = detail::bind_var<XP>(detail::bind_var<CP>(body, var_node<CN>{c.shape()}),
                                     var_node<XN>{detail::one_step(s.shape())});
-      return scan_node<CN, XN, NC, NX, decltype(b), Recompute>{c, s, b, detail::stepped(s.shape().extent(0), c.shape())};
+      if constexpr (Opt::has_stop)
+        static_assert(std::is_same_v<Sp, host_space>, "gradix::stop_when: a scan that stops early runs on the host");
+      return scan_node<CN, XN, NC, NX, decltype(b), Opt>{c, s, b, detail::stepped(s.shape().extent(0), c.shape()), opt};
     }
   }
 }
@@ -115,14 +181,14 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f) {
 /// carry and the step's input (placeholder expressions) and returns the new carry: an
 /// expression of the carry's shape and element type. The result has shape [steps, C...]:
 /// result[t] is the carry after step t. A backward call keeps every step's own kept values
-/// (its products' results, ...); with gx::recompute_steps it keeps only the carries.
-template <operand C0, operand Xs, class F>
-constexpr auto scan(C0&& c0, Xs&& xs, F&& f) {
-  return detail::make_scan<false>(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f));
-}
-template <operand C0, operand Xs, class F>
-constexpr auto scan(C0&& c0, Xs&& xs, F&& f, recompute_steps_t) {
-  return detail::make_scan<true>(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f));
+/// (its products' results, ...). Options, in any order: gx::recompute_steps (keep only the
+/// carries), gx::lengths(len) (sequences of different lengths), gx::stop_when(pred) (an
+/// early exit).
+template <operand C0, operand Xs, class F, class... Opts>
+  requires(detail::is_scan_option<Opts>::value && ...)
+constexpr auto scan(C0&& c0, Xs&& xs, F&& f, Opts... opts) {
+  return detail::make_scan(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f),
+                           detail::scan_options(scan_opts<>{}, opts...));
 }
 
 }  // namespace gradix

@@ -332,14 +332,27 @@ void run_scan(Ex& ex, E const& e) {
   z.ad = k.region_.ad;
   z.al = k.region_.al;
   z.argmax = true;
+  constexpr std::size_t RC = CS::rank;
+  using MV = tensor_view<T, CS, row_major, Sp>;
   for (index_t t = steps - 1; t >= 0; --t) {
     T* gc = scan_carry_grad(t, steps, k.ga_, k.gb_);
     T* gnext = gc == k.ga_ ? k.gb_ : k.ga_;
-    if (t > 0) ex.assign(tensor_view<T, CS, row_major, Sp>(gc, cs), CV(g + std::size_t(t - 1) * c, cs));
+    if (t > 0) ex.assign(MV(gc, cs), CV(g + std::size_t(t - 1) * c, cs));
     else ex.clear(gc, index_t(c));
+    if (t >= k.ran_) {  // no step ran: carry t is carry t - 1
+      ex.assign(MV(gc, cs), CV(gc, cs) + CV(gnext, cs));
+      continue;
+    }
+    if (k.len_) {
+      // a finished row's carry t is its carry t - 1: its adjoint goes there, and the step's
+      // body is seeded with the active rows' only
+      auto const act = scan_active<T, RC, Sp>(k.len_, cs.extent(0), t);
+      ex.assign(MV(gc, cs), ::gradix::where(act, CV(gc, cs), CV(gc, cs) + CV(gnext, cs)));
+      ex.assign(MV(gnext, cs), ::gradix::where(act, CV(gnext, cs), T(0)));
+    }
     if (k.steps_) {
       run_elements<Serial>(ex, e.step(*k.steps_[t], gnext));  // the step the forward kept
-    } else if (t == steps - 1) {
+    } else if (t == k.ran_ - 1) {
       run_elements<Serial>(ex, e.step(*k.last_, gnext));
     } else {
       saved_space<Ex> sp(z, ex, k.region_, 0, false);

@@ -210,6 +210,8 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
       z.template add_adjoint<T>(steps * c + 2 * c);
       if constexpr (N::input_name::reaches_param) z.template add_adjoint<T>(steps * x);
     }
+    if constexpr (N::options::has_lengths || N::options::has_stop)
+      z.template add<index_t>(std::size_t(n.c0_.shape().extent(0)));  // each row's steps
     saved_sizes const zs = scan_step_sizes<Ex>(n, z.argmax);
     std::size_t const copies = scan_keeps_steps<N>(z.argmax) ? steps : 1;
     z.nf += copies * zs.nf;
@@ -489,6 +491,19 @@ constexpr saved_sizes scan_step_sizes(N const& n, bool backward) {
   count_saved<Ex, true>(b, z);
   return z;
 }
+/// The lengths as a column of the carry's rank R ([batch, 1, ..., 1]: it broadcasts along
+/// the carry's other axes).
+template <std::size_t R, class V>
+constexpr auto batch_column(V const& v) {
+  if constexpr (R <= 1) return v;
+  else return ::gradix::unsqueeze<int(R) - 1>(batch_column<R - 1>(v));
+}
+/// 1 where row b of the carry still changes at step t (t < len[b]), 0 where it is finished.
+template <class T, std::size_t R, class Sp>
+constexpr auto scan_active(index_t const* len, index_t rows, index_t t) {
+  tensor_view<index_t const, shape<dyn>, row_major, Sp> l(len, dims(rows));
+  return ::gradix::cast<T>(batch_column<R>(l) > t);
+}
 /// The carry adjoint buffer step t of a sweep over `steps` adds into: the last step's is gb,
 /// and the two alternate (the other holds the adjoint of the carry the step produced).
 template <class T>
@@ -505,10 +520,21 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   using CN = typename N::carry_name;
   using XN = typename N::input_name;
   using Sp = typename Ex::space;
+  using Opt = typename N::options;
+  index_t const steps = n.steps();
+  if constexpr (Opt::has_lengths) {  // checked before anything runs
+    index_t const rows = n.c0_.shape().extent(0), nl = n.opt_.len_.shape().extent(0);
+    if (nl != rows)
+      fail("gradix::scan: gx::lengths has ", nl, " lengths but the carry has ", rows, " rows (its extent along axis 0)");
+    for (index_t b = 0; b < nl; ++b) {
+      index_t const v = index_t(n.opt_.len_(b));
+      if (v < 0 || v > steps)
+        fail("gradix::scan: lengths[", b, "] = ", v, " is outside the sequence of ", steps, " steps");
+    }
+  }
   s.hold_arena();  // the steps' nodes are given back with the call's
   auto c02 = with_saved<true>(n.c0_, s);
   auto xs2 = with_saved<true>(n.xs_, s);
-  index_t const steps = n.steps();
   auto const cs = n.c0_.shape();
   auto const xsh = one_step(n.xs_.shape());
   using CS = std::remove_cvref_t<decltype(cs)>;
@@ -551,19 +577,52 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
                         static_cast<T const*>(xb + std::size_t(t) * x), scan_carry_grad(t, steps, ga, gb),
                         gxs ? gxs + std::size_t(t) * x : nullptr);
   };
+  // each row's number of steps (with lengths or a stop condition), and the steps that run:
+  // after the last row finished, a step copies the carry
+  index_t* len = nullptr;
+  index_t ran = steps;
+  constexpr bool rows_stop = Opt::has_lengths || Opt::has_stop;
+  constexpr std::size_t RC = CS::rank;
+  if constexpr (rows_stop) {
+    index_t const rows = cs.extent(0);
+    len = s.template take<index_t>(std::size_t(rows));
+    ran = 0;
+    for (index_t b = 0; b < rows; ++b) {
+      if constexpr (Opt::has_lengths) len[b] = index_t(n.opt_.len_(b));
+      else len[b] = steps;
+      ran = len[b] > ran ? len[b] : ran;
+    }
+  }
   using Step = decltype(with_saved<true>(body_at(0), s));
   Step const* last = nullptr;
   Step const** all = keep_all ? s.template keep_array<Step const*>(std::size_t(steps)) : nullptr;
   for (index_t t = 0; t < steps; ++t) {
+    tensor_view<T, CS, row_major, Sp> const ht(h + std::size_t(t) * c, cs);
+    if (t >= ran) {  // every row finished: the carry repeats
+      if (all) all[t] = nullptr;
+      s.ex().assign(ht, tensor_view<T const, CS, row_major, Sp>(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs));
+      continue;
+    }
     // each step's values in its own part of the region (or all in one, given back after
     // the step, when they are not kept), the adjoint buffers shared
-    bool const keep = keep_all || t == steps - 1;
+    bool const keep = keep_all || Opt::has_stop || t == ran - 1;  // (a stop makes any step the last)
     saved_space<Ex> sp(zs, s.ex(), r, keep_all ? std::size_t(t) : 0, keep);
     auto const e2 = with_saved<true>(body_at(t), sp);
-    s.ex().assign(tensor_view<T, CS, row_major, Sp>(h + std::size_t(t) * c, cs), e2);
+    if constexpr (rows_stop) {  // a finished row keeps its carry
+      tensor_view<T const, CS, row_major, Sp> const prev(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs);
+      s.ex().assign(ht, ::gradix::where(scan_active<T, RC, Sp>(len, cs.extent(0), t), e2, prev));
+    } else {
+      s.ex().assign(ht, e2);
+    }
     if (keep) {
       last = s.keep_node(e2);
       if (all) all[t] = last;
+    }
+    if constexpr (Opt::has_stop) {
+      if (n.opt_.stop_(tensor_view<T const, CS, row_major, Sp>(ht.data_, cs), t)) {
+        for (index_t b = 0; b < cs.extent(0); ++b) len[b] = len[b] < t + 1 ? len[b] : t + 1;
+        ran = t + 1;
+      }
     }
   }
   using K = scanned<CN, XN, decltype(c02), decltype(xs2), std::remove_cvref_t<decltype(n.body_)>, Step>;
@@ -579,6 +638,8 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   k.region_ = r;
   k.last_ = last;
   k.steps_ = all;
+  k.len_ = len;
+  k.ran_ = ran;
   k.vc_ = vc;
   k.vx_ = vx;
   using R = saved_node<K, row_major>;

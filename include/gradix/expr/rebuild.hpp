@@ -98,9 +98,9 @@ constexpr auto remake(save_mark_node<A> const&, A2 const& a) {
   return save_mark_node<A2>{a};
 }
 
-template <class CN, class XN, class C0, class Xs, class B, bool R, class C02, class Xs2, class B2>
-constexpr auto remake(scan_node<CN, XN, C0, Xs, B, R> const& n, C02 const& c0, Xs2 const& xs, B2 const& b) {
-  return scan_node<CN, XN, C02, Xs2, B2, R>{c0, xs, b, n.shape_};
+template <class CN, class XN, class C0, class Xs, class B, class O, class C02, class Xs2, class B2>
+constexpr auto remake(scan_node<CN, XN, C0, Xs, B, O> const& n, C02 const& c0, Xs2 const& xs, B2 const& b) {
+  return scan_node<CN, XN, C02, Xs2, B2, O>{c0, xs, b, n.shape_, n.opt_};
 }
 
 template <bool U, class F, class N>

@@ -86,10 +86,28 @@ constexpr typename step_shape<S>::type one_step(S const& s) {
 }
 }  // namespace detail
 
-/// out[t] = the carry after step t: carry(-1) = c0_, carry(t) = body_(carry(t - 1), xs_[t]).
-/// Recompute: a backward call keeps only the carries and computes each step's own kept
-/// values again in the reverse sweep (gx::recompute_steps); otherwise it keeps every step's.
-template <class CN, class XN, class C0, class Xs, class Body, bool Recompute = false>
+/// A scan's options (api/scan.hpp): Recompute (gx::recompute_steps: a backward call keeps
+/// only the carries and computes each step's own kept values again in the reverse sweep;
+/// otherwise it keeps every step's), the lengths of the batch's sequences (gx::lengths: a
+/// view of integers, one per carry row along axis 0; no_lengths: every sequence runs every
+/// step) and a stop condition (gx::stop_when: a host predicate of the carry and the step,
+/// asked after each step; no_stop).
+struct no_lengths {};
+struct no_stop {};
+template <bool Recompute = false, class Len = no_lengths, class Stop = no_stop>
+struct scan_opts {
+  static constexpr bool recompute = Recompute;
+  static constexpr bool has_lengths = !std::is_same_v<Len, no_lengths>;
+  static constexpr bool has_stop = !std::is_same_v<Stop, no_stop>;
+  using lengths_type = Len;
+  [[no_unique_address]] Len len_{};
+  [[no_unique_address]] Stop stop_{};
+};
+
+/// out[t] = the carry after step t: carry(-1) = c0_, carry(t) = body_(carry(t - 1), xs_[t]);
+/// with lengths, row b of the carry stops changing after step len[b] - 1; with a stop
+/// condition, every row stops after the step where it first holds. Opt: scan_opts.
+template <class CN, class XN, class C0, class Xs, class Body, class Opt = scan_opts<>>
 struct scan_node {
   using is_gradix_expression = void;
   using value_type = typename CN::value_type;
@@ -98,11 +116,13 @@ struct scan_node {
   using space_type = typename CN::space_type;
   using carry_name = CN;
   using input_name = XN;
-  static constexpr bool recompute = Recompute;
+  using options = Opt;
+  static constexpr bool recompute = Opt::recompute;
   C0 c0_;
   Xs xs_;
   Body body_;
   shape_type shape_;
+  [[no_unique_address]] Opt opt_{};
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
   constexpr index_t steps() const { return shape_.extent(0); }
 };
@@ -151,6 +171,8 @@ struct scanned {
   scan_region region_{};       // the steps' own kept values
   Step const* last_ = nullptr;  // the last step's transformed body (its nodes kept by the call)
   Step const* const* steps_ = nullptr;  // every step's, when the call keeps them (else null)
+  index_t const* len_ = nullptr;  // with lengths or a stop condition: each row's steps run (host)
+  index_t ran_ = 0;               // the steps the forward ran (the rest copy the carry)
   var_node<CN> const* vc_ = nullptr;  // the placeholders (kept by the call: the steps' saved
   var_node<XN> const* vx_ = nullptr;  // nodes point at them)
   GRADIX_HOST_DEVICE constexpr shape_type const& shape() const { return shape_; }
@@ -159,8 +181,8 @@ struct scanned {
 
 template <class N>
 struct is_scan_node : std::false_type {};
-template <class CN, class XN, class C0, class Xs, class B, bool R>
-struct is_scan_node<scan_node<CN, XN, C0, Xs, B, R>> : std::true_type {};
+template <class CN, class XN, class C0, class Xs, class B, class O>
+struct is_scan_node<scan_node<CN, XN, C0, Xs, B, O>> : std::true_type {};
 template <class N>
 struct is_scanned : std::false_type {};
 template <class CN, class XN, class C0, class Xs, class B, class St>

@@ -199,6 +199,7 @@ constexpr void for_each_leaf(N& n, F&& f, bool in_place = true) {
     for_each_leaf(n.c0_, f, false);
     for_each_leaf(n.xs_, f, false);
     for_each_leaf(n.body_, f, false);
+    if constexpr (D::options::has_lengths) f(n.opt_.len_, false);
   } else if constexpr (is_saved_node<D>::value) {
     // a value kept by the call (exec/save.hpp): its buffer is the call's own, no user memory
   } else if constexpr (is_var_node<D>::value || is_pattern_node<D>::value) {
