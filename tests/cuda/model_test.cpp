@@ -102,6 +102,20 @@ TEST_CASE("device models: an MLP step (two products, bias, tanh, log_softmax) ag
       "mlp");
 }
 
+TEST_CASE("device models: a recurrence (gx::scan) whose body holds a product, read by a product") {
+  // xs: x as 3 steps of 2 rows; the carry (2, 7); the body's product and the carry's
+  // adjoint through the steps run on the device as on the host (issue 34)
+  check_model(
+      [](auto const& x, auto const& y, auto& w1, auto& w2, auto& b) {
+        auto xs = gx::reshape(x, gx::dims(3, 2, 5));
+        auto h0 = gx::tanh(gx::matmul(gx::select<0>(xs, 0), w1));
+        auto hs = gx::scan(h0, xs, [&](auto h, auto xt) { return gx::tanh(gx::matmul(xt, w1) + h * T(0.5)); });
+        auto z = gx::matmul(gx::reshape(hs, gx::dims(6, 7)), w2) + b;
+        return gx::sum(gx::square(z - y));
+      },
+      "scan");
+}
+
 TEST_CASE("device models: softmax rows read by a product") {
   check_model(
       [](auto const& x, auto const&, auto& w1, auto& w2, auto& b) {
