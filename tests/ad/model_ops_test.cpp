@@ -308,3 +308,27 @@ TEST_CASE("multi-head attention: heads split and merged by reshape and permute, 
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(attn(p) * Wo); }, Wq);
   CHECK_NUMGRAD([&](auto& p) { return gx::sum(gx::square(gx::reshape(gx::tanh(gx::matmul(X, p)), gx::dims(B * T, D)))); }, Wq);
 }
+
+// concat along the contiguous axis reads each side in SIMD packs (eval/inner.hpp,
+// split_inner): rows that start before, at and after the split (the thread pool cuts large
+// assignments inside rows), packs across the split, both layouts of the destination
+TEST_CASE("concat along the contiguous axis: every row start, packs across the split, threads") {
+  for (int threads : {1, 3}) {
+    gx::set_num_threads(threads);
+    for (gx::index_t split : {1, 7, 16, 37}) {
+      gx::index_t const rows = 3001, cols = 53;
+      auto A = gx::uniform<float>(gx::dims(rows, split), 7, -1.0f, 1.0f);
+      auto B = gx::uniform<float>(gx::dims(rows, cols - split), 8, -1.0f, 1.0f);
+      auto y = gx::eval(gx::concat<1>(gx::tanh(A), B * 2.0f));
+      bool same = true;
+      for (gx::index_t i = 0; i < rows; ++i)
+        for (gx::index_t j = 0; j < cols; ++j) {
+          float const want = j < split ? float(gx::eval(gx::tanh(gx::slice<1>(gx::slice<0>(A, i, i + 1), j, j + 1)))(0, 0))
+                                       : B(i, j - split) * 2.0f;
+          same = same && y(i, j) == want;
+        }
+      CHECK(same);
+    }
+  }
+  gx::set_num_threads(1);
+}

@@ -79,4 +79,24 @@ constexpr auto lstm(X&& x0, HC&& hc0, W&& w0, B&& b0) {
   });
 }
 
+/// The LSTM cell with the input's product taken out of the recurrence: xw = x Wx + b for
+/// every step at once (one product over all steps, before the scan, as cuDNN and PyTorch's
+/// nn.LSTM do), then per step the gates are xw_t + h Wh. wh [H, 4H]; gates in lstm's order.
+template <operand XW, operand HC, operand WH>
+constexpr auto lstm_projected(XW&& xw0, HC&& hc0, WH&& wh0) {
+  auto const xw = detail::as_node(static_cast<XW&&>(xw0));
+  auto const hc = detail::as_node(static_cast<HC&&>(hc0));
+  auto const wh = detail::as_node(static_cast<WH&&>(wh0));
+  index_t const n = hc.shape().extent(1) / 2;
+  auto h = slice<1>(hc, 0, n);
+  auto c = slice<1>(hc, n, 2 * n);
+  return let(xw + matmul(h, wh), [&](auto const& gates) {
+    auto i = sigmoid(slice<1>(gates, 0, n));
+    auto f = sigmoid(slice<1>(gates, n, 2 * n));
+    auto g = tanh(slice<1>(gates, 2 * n, 3 * n));
+    auto o = sigmoid(slice<1>(gates, 3 * n, 4 * n));
+    return let(f * c + i * g, [&](auto const& c2) { return concat<1>(o * tanh(c2), c2); });
+  });
+}
+
 }  // namespace gradix::cells

@@ -34,7 +34,16 @@ struct evaluator<concat_node<L, R, Axis>> {
     if constexpr (A == invariant_axis) {
       return const_inner<value_type>{(*this)(c)};
     } else if constexpr (std::size_t(A) == Axis) {
-      return generic_inner<evaluator, rank, A>{this, c};
+      // the row crosses the split at most once: each side's own inner evaluator (the left
+      // one made at c when the row starts before the split, the right one at the split's
+      // first position the row reaches)
+      using IL = decltype(lhs_.template outer<A>(c));
+      using IR = decltype(rhs_.template outer<A>(c));
+      index_t const left = split_ - c[Axis];
+      coord<rank> d = c;
+      d[Axis] = left > 0 ? 0 : -left;
+      index_t const shift = left > 0 ? left : 0;
+      return split_inner<IL, IR>{left > 0 ? lhs_.template outer<A>(c) : IL{}, rhs_.template outer<A>(d), left, shift};
     } else {
       // the row lies in one operand: only its inner evaluator is made (the other one is
       // value-initialized, never read)

@@ -124,5 +124,30 @@ struct either_inner {
 #endif
 };
 
+/// A row along a concat's joined axis (eval/concat.hpp), from position p0 = c[Axis]: the
+/// left operand's inner evaluator for positions before split, the right one's after (made at
+/// right position r0 = max(p0 - split, 0), so never before its first element). A pack that
+/// lies in one operand is that operand's pack; one across the split is built lane by lane.
+template <class IL, class IR>
+struct split_inner {
+  using value_type = typename IL::value_type;
+  IL l_;
+  IR r_;
+  index_t left_;   // the row's elements from the left operand: split - p0 (may be <= 0)
+  index_t shift_;  // row index i reads the right operand's inner at i - shift_
+  GRADIX_HOST_DEVICE constexpr value_type elem(index_t i) const {
+    return i < left_ ? value_type(l_.elem(i)) : value_type(r_.elem(i - shift_));
+  }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<value_type, W> pack(index_t i) const {
+    if (i + W <= left_) return pack_as<value_type, W>(l_, i);
+    if (i >= left_) return pack_as<value_type, W>(r_, i - shift_);
+    simd::pack<value_type, W> r{};
+    for (int w = 0; w < W; ++w) r[w] = elem(i + w);
+    return r;
+  }
+#endif
+};
 
 }  // namespace gradix::ev
