@@ -266,3 +266,52 @@ TEST_CASE("scan: an early exit (gx::stop_when) for a fixed-point iteration") {
     for (index_t i = 0; i < 3; ++i) CHECK(xs(t, i) == xs(stopped_at, i));  // repeated after the exit
   CHECK(xs(steps - 1, 0) == doctest::Approx(0.7390851332151607).epsilon(1e-9));
 }
+
+TEST_CASE("scan: bodies with kept values of every kind, two stacked layers, a scan inside a let") {
+  index_t const T = 4, B = 3, D = 4, H = 5;
+  auto xs = gx::param(gx::uniform<double>(gx::dims(T, B, D), 101, -1.0, 1.0));
+  auto w = gx::param(gx::uniform<double>(gx::dims(D + H, H), 102, -0.6, 0.6));
+  auto u = gx::param(gx::uniform<double>(gx::dims(H, H), 103, -0.6, 0.6));
+  auto g = gx::param(gx::uniform<double>(gx::dims(H), 104, 0.5, 1.5));
+  auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 105, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(T, B, H), 106, -1.0, 1.0);
+  SUBCASE("layer norm, softmax, a row sum broadcast back, a max") {
+    auto loss = [&](auto&) {
+      return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) {
+               auto z = gx::layer_norm(gx::matmul(gx::concat<1>(x, h), w), g, g * 0.0);
+               auto s = gx::softmax<1>(z);
+               return gx::tanh(z - gx::mean<1>(z, gx::keep_dims) + s * 2.0 + gx::max<1>(h, gx::keep_dims) * 0.1);
+             }) * wo);
+    };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, g);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xs);
+  }
+  SUBCASE("two stacked layers: the second scan reads the first's carries") {
+    auto loss = [&](auto&) {
+      auto h1 = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, g); });
+      auto h2 = gx::scan(h0 * 0.5, h1, [&](auto h, auto x) { return gx::tanh(gx::matmul(x, u) + gx::matmul(h, u) * 0.5); });
+      return gx::sum(h2 * wo) + gx::sum(h1 * wo) * 0.25;
+    };
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, u);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xs);
+  }
+  SUBCASE("a scan inside a let, its body reading the let's value; the steps along another axis") {
+    auto xb = gx::param(gx::uniform<double>(gx::dims(B, T, D), 107, -1.0, 1.0));  // batch-major
+    auto loss = [&](auto&) {
+      return gx::let(gx::matmul(h0, u), [&](auto shared) {
+        auto hs = gx::scan(shared, gx::permute<1, 0, 2>(xb), [&](auto h, auto x) {
+          return gx::tanh(gx::matmul(gx::concat<1>(x, h), w) + shared * 0.5);
+        });
+        return gx::sum(hs * wo) + gx::sum(shared);
+      });
+    };
+    CHECK_NUMGRAD(loss, u);
+    CHECK_NUMGRAD(loss, w);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xb);
+  }
+}
