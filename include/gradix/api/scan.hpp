@@ -22,6 +22,8 @@
 /// gradients over the steps, and c0's and xs's gradients are pushed once at the end.
 
 #include "gradix/ad/product.hpp"
+#include "gradix/ad/save.hpp"
+#include "gradix/api/let.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/expr/let.hpp"
@@ -52,6 +54,43 @@ inline constexpr bool same_extents_v = [] {
     return true;
   }
 }();
+
+/// The matrix products an elementwise region holds at its top: N itself, or through
+/// elementwise nodes only (types only).
+template <class N>
+struct is_binary_node : std::false_type {};
+template <class Op, class L, class R>
+struct is_binary_node<binary_node<Op, L, R>> : std::true_type {};
+template <class N>
+constexpr int region_products() {
+  if constexpr (is_matmul_node<N>::value) {
+    return 1;
+  } else if constexpr (is_binary_node<N>::value) {
+    return region_products<std::remove_cvref_t<decltype(std::declval<N const&>().lhs_)>>() +
+           region_products<std::remove_cvref_t<decltype(std::declval<N const&>().rhs_)>>();
+  } else if constexpr (is_specialization_of_unary<N>::value) {
+    return region_products<std::remove_cvref_t<decltype(std::declval<N const&>().arg_)>>();
+  } else {
+    return 0;
+  }
+}
+template <class F>
+struct scan_share_tag {};
+/// A body f(z) whose argument z holds two products or more in its region (an Elman body
+/// tanh(x Wx + h Wh + b)) as let(z, f): z computed once into a buffer, and in the backward
+/// the adjoint of z (f's derivative times the carry's adjoint) computed once and read in
+/// place by every product, instead of once per product and bias (docs/ad.md, "Loops:
+/// scan"). The same value, bit for bit.
+template <class Fn, class B>
+constexpr auto share_region(B const& b) {
+  if constexpr (is_specialization_of_unary<B>::value) {
+    using A = std::remove_cvref_t<decltype(b.arg_)>;
+    if constexpr (region_products<A>() >= 2) return ad::let<scan_share_tag<Fn>>(b.arg_, [&](auto const& z) { return remake(b, z); });
+    else return b;
+  } else {
+    return b;
+  }
+}
 
 template <class A, class B>
 using scan_space_t = std::conditional_t<!std::is_void_v<space_of_t<A>>, space_of_t<A>,
@@ -148,7 +187,7 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
   NX const s = detail::as_node(static_cast<Xs&&>(xs));
   using CP = let_name<detail::scan_tag<Fn, 0>, T, SC, Sp, true>;
   using XP = let_name<detail::scan_tag<Fn, 1>, T, SX, Sp, true>;
-  auto body = f(var_node<CP>{c.shape()}, var_node<XP>{detail::one_step(s.shape())});
+  auto body = detail::share_region<Fn>(f(var_node<CP>{c.shape()}, var_node<XP>{detail::one_step(s.shape())}));
   using B = decltype(body);
   static_assert(expression<B>, "gradix::scan: the body must return an expression (the new carry)");
   if constexpr (expression<B>) {
