@@ -4,9 +4,9 @@
 // gradient, its forward included), medians over repeats. The ratios issue 34 bounds:
 // time(1024 steps) / time(512 steps) (linear: <= 2.1) and a step's backward over its
 // forward, where a step's backward is the backward call's time less the forward's (the
-// reverse sweep). Bodies: "plain" tanh(x Wx + h Wh + b); "let" the same with the
-// pre-activation shared through gx::let (its adjoint computed once for both products and
-// the bias); "recompute" the plain body with gx::recompute_steps.
+// reverse sweep). Bodies: "plain" tanh(x Wx + h Wh + b) (gx::scan binds its pre-activation
+// by a let itself: api/scan.hpp, share_region); "let" the same with the let written by hand;
+// "recompute" the plain body with gx::recompute_steps.
 // Run: ninja -C build bench/bench_scan && build/bench/bench_scan [--reps=N]
 #include <gradix/gradix.hpp>
 
