@@ -209,6 +209,8 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
                                     var_node<XN>{detail::one_step(s.shape())});
       if constexpr (Opt::has_stop)
         static_assert(std::is_same_v<Sp, host_space>, "gradix::stop_when: a scan that stops early runs on the host");
+      if constexpr (Opt::has_lengths)
+        static_assert(std::is_same_v<Sp, host_space>, "gradix::lengths: a scan with lengths runs on the host (for now)");
       return scan_node<CN, XN, NC, NX, decltype(b), Opt>{c, s, b, detail::stepped(s.shape().extent(0), c.shape()), opt};
     } else {
       return scalar_node<T>{};  // (after the error above: no second error at the user's line)
