@@ -17,26 +17,11 @@ Without: trains --steps steps and prints the training loss every --every steps.
 import argparse
 import os
 import statistics
+import sys
 import time
 
-
-def read_quotes(path):
-    """The example's read_quotes: every line plus a newline, a '%' line as an empty line."""
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return b"".join(b"\n" if line == b"%" else line + b"\n" for line in lines)
-
-
-class LCG:
-    def __init__(self, seed):
-        self.state = (seed * 0x9E3779B97F4A7C15 + 1) % (1 << 64)
-
-    def next(self):
-        self.state = (self.state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        return self.state >> 33
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from transformer_torch import LCG, read_quotes  # noqa: E402  (the example's text and batches)
 
 
 def main():

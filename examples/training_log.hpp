@@ -6,9 +6,13 @@
 // and one line per epoch. Not on a terminal (a pipe, a file, the tests), only the per-epoch
 // lines. With a CSV path, one row per epoch:
 //   epoch,examples,seconds,examples_per_s,train_loss,<metric names...>
-// which tools/plot_log.py draws.
+// which tools/plot_log.py draws. Also the examples' command-line helpers and the byte corpus
+// of the character-level language models (transformer, char_rnn).
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -127,6 +131,48 @@ inline std::string arg(int argc, char** argv, char const* name, std::string def)
   for (int a = 1; a + 1 < argc; ++a)
     if (std::string(argv[a]) == name) return argv[a + 1];
   return def;
+}
+
+/// A fortune file's text: every line plus a newline, the "%" line between quotes as an
+/// empty line.
+inline std::string read_quotes(std::string const& path) {
+  std::ifstream in(path);
+  std::string r;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "%") r += "\n";  // quotes separated by an empty line
+    else r += line + "\n";
+  }
+  return r;
+}
+
+/// The fortune files' bytes as tokens (the vocabulary: every byte the text holds, in order of
+/// first appearance), split 90 / 10, and the loss of a model that ignores context (the
+/// entropy of the training bytes, nats per character).
+struct byte_corpus {
+  std::vector<unsigned char> byte_of;  // token -> byte
+  std::vector<std::int32_t> tokens;
+  std::size_t n_train = 0;
+  double unigram = 0;
+  std::int64_t vocabulary() const { return std::int64_t(byte_of.size()); }
+};
+inline byte_corpus read_byte_corpus(std::string const& dir, std::vector<std::string> const& files) {
+  std::string text;
+  for (auto const& f : files) text += read_quotes(dir + "/" + f);
+  byte_corpus c;
+  std::vector<int> id_of(256, -1);
+  for (unsigned char ch : text)
+    if (id_of[ch] < 0) {
+      id_of[ch] = int(c.byte_of.size());
+      c.byte_of.push_back(ch);
+    }
+  c.tokens.resize(text.size());
+  for (std::size_t k = 0; k < text.size(); ++k) c.tokens[k] = id_of[static_cast<unsigned char>(text[k])];
+  c.n_train = c.tokens.size() * 9 / 10;
+  std::vector<double> count(c.byte_of.size(), 0);
+  for (std::size_t k = 0; k < c.n_train; ++k) count[std::size_t(c.tokens[k])] += 1;
+  for (double n : count)
+    if (n > 0) c.unigram -= n / double(c.n_train) * std::log(n / double(c.n_train));
+  return c;
 }
 
 }  // namespace examples

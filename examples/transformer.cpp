@@ -33,7 +33,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -147,15 +146,6 @@ struct model {
   }
 };
 
-std::string read_quotes(std::string const& path) {
-  std::ifstream in(path);
-  std::string r;
-  for (std::string line; std::getline(in, line);) {
-    if (line == "%") r += "\n";  // quotes separated by an empty line
-    else r += line + "\n";
-  }
-  return r;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,30 +175,15 @@ int main(int argc, char** argv) {
   }
 
   // the text, its bytes as tokens
-  std::string text;
-  for (auto const& f : files) text += read_quotes(dir + "/" + f);
-  std::vector<int> id_of(256, -1);
-  std::vector<unsigned char> byte_of;
-  for (unsigned char ch : text)
-    if (id_of[ch] < 0) {
-      id_of[ch] = int(byte_of.size());
-      byte_of.push_back(ch);
-    }
-  z.V = index_t(byte_of.size());
-  std::vector<std::int32_t> tokens(text.size());
-  for (std::size_t k = 0; k < text.size(); ++k) tokens[k] = id_of[static_cast<unsigned char>(text[k])];
-  std::size_t const n_train = tokens.size() * 9 / 10;
+  examples::byte_corpus const corpus = examples::read_byte_corpus(dir, files);
+  auto const& tokens = corpus.tokens;
+  auto const& byte_of = corpus.byte_of;
+  std::size_t const n_train = corpus.n_train;
+  double const unigram = corpus.unigram;
+  z.V = index_t(corpus.vocabulary());
   if (n_train < std::size_t(z.T) + 2 || tokens.size() - n_train < std::size_t(z.T) + 2) {
     std::fprintf(stderr, "transformer: the text (%zu bytes) is too short for --context %ld\n", tokens.size(), long(z.T));
     return 2;
-  }
-  // the loss of a model that ignores context: the entropy of the training bytes
-  double unigram = 0;
-  {
-    std::vector<double> count(std::size_t(z.V), 0);
-    for (std::size_t k = 0; k < n_train; ++k) count[std::size_t(tokens[k])] += 1;
-    for (double c : count)
-      if (c > 0) unigram -= c / double(n_train) * std::log(c / double(n_train));
   }
   if (target <= 0) target = 0.8 * unigram;
   std::printf("%zu characters (%zu for training), vocabulary %ld; context %ld, %d blocks of dimension %ld, %ld "

@@ -168,6 +168,17 @@ std::size_t element_scratch(Ex& ex, E const& e) {
   return r;
 }
 
+/// Whether use u's map is the identity at run time and its domain has shape s: a map of the
+/// identity's type may still carry offsets or steps (a slice, a selection), so the type
+/// alone does not say that u covers s exactly.
+template <class U, class S>
+constexpr bool maps_exactly(U const& u, S const& s) {
+  constexpr std::size_t R = S::rank;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return ((get<J>(u.map_).off_ == 0 && get<J>(u.map_).scale_ == 1 && u.dom_.extent(J) == s.extent(J)) && ...);
+  }(std::make_index_sequence<R>{});
+}
+
 /// The adjoint of a kept node written into its (row-major) buffer buf by u0, the node's one
 /// incoming kernel: assigned in one pass when u0 covers buf exactly (its map the identity,
 /// no axis summed), else buf cleared and u0 added into it.
@@ -180,11 +191,7 @@ constexpr void adjoint_into(Ex& ex, P0 const& u0, G const& buf) {
   constexpr std::size_t R = S::rank;
   if constexpr (D::rank == R && K::projected_mask == 0 &&
                 std::is_same_v<typename P0::map_type, decltype(ad::identity_map<R>())>) {
-    bool const exact = [&]<std::size_t... J>(std::index_sequence<J...>) {
-      return ((get<J>(u0.map_).off_ == 0 && get<J>(u0.map_).scale_ == 1 &&
-               u0.dom_.extent(J) == buf.shape().extent(J)) && ...);
-    }(std::make_index_sequence<R>{});
-    if (exact) {
+    if (maps_exactly(u0, buf.shape())) {
       tensor_view<T, S, row_major, typename Ex::space> out(buf.data(), buf.shape());
       ex.assign(out, u0.v_);
       return;
@@ -212,25 +219,15 @@ struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, 
                          (S::rank < 2 || row_major_dense<G>::value) && std::is_same_v<typename G::value_type, T>> {};
 
 /// An operand's gradient from its product: gemm(dst, accumulate) into the parameter's own
-/// gradient when the operand plan is one direct kernel (direct_gradient; nothing at all when
-/// grad() does not want it), else into the buffer buf, then the operand plan from it.
-/// Whether use k's map is the identity at run time and its domain covers its target's shape
-/// (a slice or a selection composes a map of the identity's type, with offsets or steps).
-template <class K>
-constexpr bool covers_target(K const& k) {
-  constexpr std::size_t R = K::domain_type::rank;
-  return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    return ((get<J>(k.map_).off_ == 0 && get<J>(k.map_).scale_ == 1 &&
-             k.dom_.extent(J) == k.target_->shape().extent(J)) && ...);
-  }(std::make_index_sequence<R>{});
-}
-
+/// gradient when the operand plan is one direct kernel covering it (direct_gradient and
+/// maps_exactly; nothing at all when grad() does not want it), else into the buffer buf,
+/// then the operand plan from it.
 template <bool Serial, class Ex, class P, class T, class F>
 constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
   if constexpr (direct_gradient<P, typename Ex::space>::value) {
     auto const& k = get<0>(plan);
     if (!k.target_) return;  // grad() does not want it
-    if (covers_target(k)) {
+    if (maps_exactly(k, k.target_->shape())) {
       gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
       return;
     }
@@ -240,11 +237,11 @@ constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
 }
 
 /// Whether the product's adjoint can be read where it is: u0 (its one incoming kernel) reads
-/// a view of the call's memory at the identity, covering the product exactly (a let's or a
-/// staged buffer: the adjoint is that buffer, nothing to copy), with a stride a gemm takes.
-/// Then g is set to it.
-template <class Ex, class T, class P0>
-constexpr bool adjoint_in_place(P0 const& u0, index_t rows, index_t cols, index_t batch_stride_rank3, mat_ref<T>& g) {
+/// a view of the call's memory at the identity, covering the product (of shape s) exactly (a
+/// let's or a staged buffer: the adjoint is that buffer, nothing to copy), with a stride a
+/// gemm takes. Then g is set to it.
+template <class Ex, class T, class P0, class S>
+constexpr bool adjoint_in_place(P0 const& u0, S const& s, mat_ref<T>& g) {
   using V = typename P0::value_expr;
   using D = typename P0::domain_type;
   constexpr std::size_t R = D::rank;
@@ -254,14 +251,10 @@ constexpr bool adjoint_in_place(P0 const& u0, index_t rows, index_t cols, index_
                   !std::is_same_v<typename V::space_type, typename Ex::space>) {
       return false;
     } else {
-      bool const exact = [&]<std::size_t... J>(std::index_sequence<J...>) {
-        return ((get<J>(u0.map_).off_ == 0 && get<J>(u0.map_).scale_ == 1 &&
-                 u0.v_.shape().extent(J) == u0.dom_.extent(J)) && ...);
-      }(std::make_index_sequence<R>{});
-      if (!exact || u0.dom_.extent(R - 2) != rows || u0.dom_.extent(R - 1) != cols) return false;
+      if (!maps_exactly(u0, s)) return false;  // (the view's shape is the domain's)
       index_t const rs = u0.v_.strides_[R - 2], cs = u0.v_.strides_[R - 1];
-      if (!Ex::template in_place<T>(rows, cols, rs, cs)) return false;
-      g = mat_ref<T>{u0.v_.data_, rs, cs, R == 3 ? u0.v_.strides_[0] : batch_stride_rank3};
+      if (!Ex::template in_place<T>(s.extent(R - 2), s.extent(R - 1), rs, cs)) return false;
+      g = mat_ref<T>{u0.v_.data_, rs, cs, R == 3 ? u0.v_.strides_[0] : 0};
       return true;
     }
   } else {
@@ -280,7 +273,7 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   constexpr bool batched = std::remove_cvref_t<decltype(mm)>::rank == 3;
   index_t const nb = mm.batch(), m = mm.rows(), n = mm.cols(), k = mm.inner();
   mat_ref<T> g{st.gc.data(), n, 1, batched ? m * n : 0};
-  if (std::is_constant_evaluated() || !adjoint_in_place<Ex>(u.p0_, m, n, 0, g))
+  if (std::is_constant_evaluated() || !adjoint_in_place<Ex>(u.p0_, st.gc.shape(), g))
     adjoint_into<Serial>(ex, u.p0_, st.gc);  // d C, into its buffer
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch

@@ -634,7 +634,6 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   k.ga_ = ga;
   k.gb_ = gb;
   k.gxs_ = gxs;
-  k.backward_ = s.argmax();
   k.region_ = r;
   k.last_ = last;
   k.steps_ = all;

@@ -167,7 +167,6 @@ struct scanned {
   T* ga_ = nullptr;
   T* gb_ = nullptr;
   T* gxs_ = nullptr;
-  bool backward_ = false;      // kept in a backward call (the steps took adjoint buffers)
   scan_region region_{};       // the steps' own kept values
   Step const* last_ = nullptr;  // the last step's transformed body (its nodes kept by the call)
   Step const* const* steps_ = nullptr;  // every step's, when the call keeps them (else null)
