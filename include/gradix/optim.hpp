@@ -5,10 +5,12 @@
 /// `#include <gradix/optim.hpp>` stays the one include for them. The code lives in
 /// `gradix/training/slices.hpp` (`for_each_grad_slice`, `update_touched`: the slices of a
 /// parameter's gradient that backward touched), `gradix/training/optimizers.hpp` (`sgd`,
-/// `adagrad`, `adam`, `adamw`, `lazy_adam`, `clip_grad_norm`) and
+/// `adagrad`, `adam`, `adamw`, `lazy_adam`; half-width parameters widened and rounded),
+/// `gradix/training/clip.hpp` (`clip_grad_norm`) and
 /// `gradix/training/init.hpp` (`xavier_*`, `kaiming_*`, `uniform`, `normal`); each opens
 /// with its contract.
 
+#include "gradix/training/clip.hpp"
 #include "gradix/training/init.hpp"
 #include "gradix/training/optimizers.hpp"
 #include "gradix/training/slices.hpp"

@@ -50,25 +50,25 @@ constexpr void fill_logical(tensor<T, S, L>& t, F f) {
 }
 }  // namespace detail
 
-/// A tensor of zeros.
-template <element T, class Layout = row_major, class S>
+/// A tensor of zeros (T may be a half-width storage type).
+template <storage_element T, class Layout = row_major, class S>
   requires is_shape_v<S>
 constexpr tensor<T, S, Layout> zeros(S s) {
   return tensor<T, S, Layout>(s);
 }
-/// A tensor filled with `value`.
-template <element T, class Layout = row_major, class S>
+/// A tensor filled with `value` (T may be a half-width storage type).
+template <storage_element T, class Layout = row_major, class S>
   requires is_shape_v<S>
 constexpr tensor<T, S, Layout> full(S s, T value) {
   tensor<T, S, Layout> t(s, detail::uninit);
   detail::fill_logical(t, [=](index_t) { return value; });
   return t;
 }
-/// A tensor of ones.
-template <element T, class Layout = row_major, class S>
+/// A tensor of ones (T may be a half-width storage type).
+template <storage_element T, class Layout = row_major, class S>
   requires is_shape_v<S>
 constexpr tensor<T, S, Layout> ones(S s) {
-  return full<T, Layout>(s, T(1));
+  return full<T, Layout>(s, T(1.0f));
 }
 /// A tensor holding its own logical row-major index: 0, 1, 2, ...
 template <element T, class Layout = row_major, class S>

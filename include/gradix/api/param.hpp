@@ -6,6 +6,7 @@
 /// storage); moving it keeps that storage in place.
 
 #include "gradix/config.hpp"
+#include "gradix/core/rng.hpp"
 #include "gradix/core/tensor.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/param.hpp"
@@ -21,7 +22,7 @@ template <class T, class Shape, class Layout = row_major, class Spec = dense_gra
 class parameter {
  public:
   using is_gradix_param = void;
-  using value_type = T;
+  using value_type = T;  // the stored element type (the gradient's is compute_type_t<T>: float for bfloat16, half)
   using shape_type = Shape;
   using layout_type = Layout;
   using grad_spec = Spec;
@@ -33,7 +34,7 @@ class parameter {
                 "rank-0 parameter takes dense_grad only)");
   // after a failed check, dense storage: one message, not a second one from the storage
   using storage_type =
-      grad_storage_t<T, Shape, Layout, std::conditional_t<spec_ok, Spec, dense_grad_t<0>>>;
+      grad_storage_t<compute_type_t<T>, Shape, Layout, std::conditional_t<spec_ok, Spec, dense_grad_t<0>>>;
 
   constexpr explicit parameter(tensor<T, Shape, Layout> value) : impl_(make_impl(std::move(value))) {
 #if defined(GRADIX_CHECK_LIFETIMES)
@@ -59,6 +60,21 @@ class parameter {
   constexpr storage_type& grad() { return impl_->grad_; }
   constexpr storage_type const& grad() const { return impl_->grad_; }
   constexpr Shape const& shape() const { return impl_->value_.shape(); }
+
+  /// How optimizer updates round into a half-width value (bfloat16, half; see core/half.hpp):
+  /// to nearest, ties to even unless set to `stochastic_rounding(seed)`. Ignored for other
+  /// element types.
+  constexpr gradix::rounding rounding() const { return impl_->rounding_; }
+  constexpr void set_rounding(gradix::rounding r) {
+    impl_->rounding_ = r;
+    impl_->updates_ = 0;
+  }
+  /// Updates rounded so far under the current rounding (the counter stochastic rounding draws
+  /// from; saved by checkpoints).
+  constexpr std::uint64_t rounded_updates() const { return impl_->updates_; }
+  constexpr void set_rounded_updates(std::uint64_t n) { impl_->updates_ = n; }
+  /// The random-bits key of the next update (and counts it): rng::bits(seed, n).
+  constexpr std::uint64_t next_rounding_key() { return rng::bits(impl_->rounding_.seed, impl_->updates_++); }
 
   /// The leaf node that expressions hold.
   constexpr param_node<tensor_view<T const, Shape, Layout>, storage_type> node() const {
@@ -90,6 +106,8 @@ class parameter {
     constexpr explicit impl(tensor<T, Shape, Layout> v) : value_(std::move(v)), grad_(value_.shape()) {}
     tensor<T, Shape, Layout> value_;
     storage_type grad_;
+    gradix::rounding rounding_{};
+    std::uint64_t updates_ = 0;
 #if defined(GRADIX_CHECK_LIFETIMES)
     std::uint64_t gen_ = 0;
 #endif

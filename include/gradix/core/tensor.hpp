@@ -169,7 +169,9 @@ constexpr coord<Shape::rank> unravel(Shape const& s, index_t k) {
 /// Use `t.view()` (or just `t`, as an lvalue) in expressions.
 template <class T, class Shape, class Layout = row_major>
 class tensor {
-  static_assert(element<T>, "gradix::tensor: the element type must be an arithmetic type other than bool");
+  static_assert(storage_element<T>,
+                "gradix::tensor: the element type must be an arithmetic type other than bool, gx::bfloat16 or "
+                "gx::half");
   static_assert(is_shape_v<Shape>, "gradix::tensor: Shape must be a gradix::shape<...>");
   static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
                 "gradix::tensor: the layout of an owning tensor is row_major or col_major");
@@ -221,6 +223,15 @@ class tensor {
     requires requires { typename std::remove_cvref_t<E>::is_gradix_expression; }
   constexpr tensor& operator=(E const& e) {
     assign(view(), e);
+    return *this;
+  }
+
+  /// Converts the elements of a tensor of the same shape to or from a half-width type
+  /// (bfloat16, half): widening is exact, narrowing rounds to nearest, ties to even.
+  template <class U, class S2, class L2>
+    requires(!std::is_same_v<U, T> && (is_half_width_v<U> || is_half_width_v<T>))
+  constexpr tensor& operator=(tensor<U, S2, L2> const& o) {
+    assign(view(), o.view());
     return *this;
   }
 

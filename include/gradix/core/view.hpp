@@ -25,14 +25,18 @@ namespace gradix {
 /// to a kernel unchanged. Copying a view copies the reference, not the elements.
 template <class T, class Shape, class Layout = row_major, class Space = host_space>
 struct tensor_view {
-  static_assert(element<std::remove_const_t<T>>,
-                "gradix::tensor_view: the element type must be an arithmetic type other than bool");
+  static_assert(storage_element<std::remove_const_t<T>>,
+                "gradix::tensor_view: the element type must be an arithmetic type other than bool, "
+                "gx::bfloat16 or gx::half");
   static_assert(is_shape_v<Shape>, "gradix::tensor_view: Shape must be a gradix::shape<...>");
   static_assert(is_layout_v<Layout>, "gradix::tensor_view: unknown layout");
 
   using is_gradix_expression = void;
   using element_type = T;
-  using value_type = std::remove_const_t<T>;
+  /// What the elements are stored as (T without const).
+  using storage_type = std::remove_const_t<T>;
+  /// What an expression reads them as: storage_type, or float for bfloat16 and half.
+  using value_type = compute_type_t<T>;
   using shape_type = Shape;
   using layout_type = Layout;
   using space_type = Space;

@@ -20,13 +20,15 @@ namespace gradix::ev {
 template <class Node>
 struct evaluator;
 
-/// Leaf: reads memory through the view's strides.
+/// Leaf: reads memory through the view's strides (half-width storage widened to float).
 template <class T, class S, class L, class Sp>
 struct evaluator<tensor_view<T, S, L, Sp>> {
   using node_type = tensor_view<T, S, L, Sp>;
-  using value_type = std::remove_const_t<T>;
+  using value_type = typename node_type::value_type;
+  using storage_type = typename node_type::storage_type;
   static constexpr std::size_t rank = S::rank;
-  value_type const* data_;
+  static constexpr bool widens = !std::is_same_v<value_type, storage_type>;
+  storage_type const* data_;
   array<index_t, rank> strides_;
 
   GRADIX_HOST_DEVICE constexpr explicit evaluator(node_type const& v)
@@ -38,17 +40,19 @@ struct evaluator<tensor_view<T, S, L, Sp>> {
     return o;
   }
   GRADIX_HOST_DEVICE constexpr value_type operator()(coord<rank> const& c) const {
-    return data_[offset(c)];
+    return value_type(data_[offset(c)]);
   }
   template <int Axis>
   GRADIX_HOST_DEVICE constexpr auto outer(coord<rank> const& c) const {
-    value_type const* p = data_ + offset(c);
+    storage_type const* p = data_ + offset(c);
     if constexpr (Axis == invariant_axis) {
-      return const_inner<value_type>{*p};
+      return const_inner<value_type>{value_type(*p)};
     } else if constexpr (unit_stride_v<L, rank, std::size_t(Axis)>) {
-      return unit_inner<value_type>{p};
+      if constexpr (widens) return widen_unit_inner<storage_type>{p};
+      else return unit_inner<value_type>{p};
     } else {
-      return strided_inner<value_type>{p, strides_[Axis]};
+      if constexpr (widens) return widen_strided_inner<storage_type>{p, strides_[Axis]};
+      else return strided_inner<value_type>{p, strides_[Axis]};
     }
   }
 };

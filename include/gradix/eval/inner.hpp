@@ -7,6 +7,7 @@
 
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
+#include "gradix/core/half.hpp"
 #include "gradix/core/simd.hpp"
 
 #include <type_traits>
@@ -27,6 +28,36 @@ struct unit_inner {
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
     return simd::load<T, W>(p_ + i);
+  }
+#endif
+};
+
+/// Contiguous half-width storage (gx::bfloat16, gx::half), read as float.
+template <class H>
+struct widen_unit_inner {
+  using value_type = float;
+  H const* p_;
+  GRADIX_HOST_DEVICE constexpr float elem(index_t i) const { return float(p_[i]); }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<float, W> pack(index_t i) const {
+    return simd::widen<H, W>(p_ + i);
+  }
+#endif
+};
+/// Half-width storage with a run-time stride, read as float.
+template <class H>
+struct widen_strided_inner {
+  using value_type = float;
+  H const* p_;
+  index_t stride_;
+  GRADIX_HOST_DEVICE constexpr float elem(index_t i) const { return float(p_[i * stride_]); }
+#if defined(GRADIX_HAS_VECTOR_EXT)
+  template <int W>
+  GRADIX_ALWAYS_INLINE simd::pack<float, W> pack(index_t i) const {
+    simd::pack<float, W> r{};
+    for (int w = 0; w < W; ++w) r[w] = float(p_[(i + w) * stride_]);
+    return r;
   }
 #endif
 };

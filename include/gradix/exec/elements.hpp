@@ -247,7 +247,7 @@ constexpr bool adjoint_in_place(P0 const& u0, S const& s, mat_ref<T>& g) {
   constexpr std::size_t R = D::rank;
   if constexpr (is_view_v<V> && ad::kernel_traits<P0>::projected_mask == 0 &&
                 std::is_same_v<typename P0::map_type, decltype(ad::identity_map<R>())> && (R == 2 || R == 3)) {
-    if constexpr (!std::is_same_v<std::remove_const_t<typename V::value_type>, T> ||
+    if constexpr (!std::is_same_v<typename V::storage_type, T> ||
                   !std::is_same_v<typename V::space_type, typename Ex::space>) {
       return false;
     } else {

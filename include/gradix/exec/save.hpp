@@ -77,7 +77,7 @@ struct is_unsqueeze<unsqueeze_node<A, Axis>> : std::true_type {
 template <class Ex, class T, class X, std::size_t R>
 constexpr bool strided_of(X const& x, T const*& p, array<index_t, R>& st) {
   if constexpr (is_view_v<X>) {
-    if constexpr (std::is_same_v<std::remove_const_t<typename X::value_type>, T> &&
+    if constexpr (std::is_same_v<typename X::storage_type, T> &&
                   std::is_same_v<typename X::space_type, typename Ex::space>) {
       p = x.data_;
       st = x.strides_;

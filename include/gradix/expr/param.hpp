@@ -24,7 +24,7 @@ struct param_node {
   using shape_type = typename View::shape_type;
   using layout_type = typename View::layout_type;
   using space_type = typename View::space_type;
-  using source_type = tensor<value_type, shape_type, layout_type>;
+  using source_type = tensor<typename View::storage_type, shape_type, layout_type>;
   View view_;
   G* grad_;
   source_type const* src_;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// Optimizers (gx::optim): `sgd`, `adagrad`, `adam`, `adamw`, `lazy_adam`, and global-norm
-/// gradient clipping (`clip_grad_norm`).
+/// Optimizers (gx::optim): `sgd`, `adagrad`, `adam`, `adamw`, `lazy_adam` (global-norm
+/// gradient clipping, `clip_grad_norm`, is in training/clip.hpp).
 ///
 /// The optimizers keep their state (momentum, moments, accumulators) in tensors of each
 /// parameter's shape and layout, allocated when the optimizer is made: a step allocates
@@ -30,6 +30,8 @@
 #include "gradix/api/param.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/core/half.hpp"
+#include "gradix/core/rng.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
 #include "gradix/training/device_steps.hpp"
@@ -60,7 +62,7 @@ namespace detail {
 /// the parameter's launcher for a device parameter (training/device_steps.hpp).
 template <class P, bool Device = device::is_device_param_v<P>>
 struct value_tensor {
-  using type = tensor<typename P::value_type, typename P::shape_type, typename P::layout_type>;
+  using type = tensor<compute_type_t<typename P::value_type>, typename P::shape_type, typename P::layout_type>;
 };
 template <class P>
 struct value_tensor<P, true> {
@@ -83,12 +85,12 @@ template <class P, class E>
 using slice_state_t = typename slice_state<P, E>::type;
 /// A zeroed state tensor of parameter q (each element v).
 template <class Q>
-value_tensor_t<Q> state_of(Q& q, typename Q::value_type v = typename Q::value_type(0)) {
+value_tensor_t<Q> state_of(Q& q, compute_type_t<typename Q::value_type> v = 0) {
   if constexpr (device::is_device_param_v<Q>) {
     return device::state_like(q, v);
   } else {
     value_tensor_t<Q> t(q.value().shape());
-    if (v != typename Q::value_type(0))
+    if (v != 0)
       for (index_t k = 0; k < t.size(); ++k) t.data()[k] = v;
     return t;
   }
@@ -99,6 +101,34 @@ slice_state_t<Q, E> slices_of(Q& q, E v) {
   if constexpr (device::is_device_param_v<Q>) return device::filled<E>(q.launcher(), device::slice_total(q), v);
   else return std::vector<E>(std::size_t(gradix::detail::slice_count(q)), v);
 }
+
+/// Reads and writes a host parameter's values in its compute type: a half-width value
+/// (bfloat16, half) is widened on read and rounded on write, once per element and step, to
+/// nearest (ties to even) or stochastically (the parameter's rounding(); core/half.hpp).
+template <class Q>
+struct values {
+  using S = typename Q::value_type;
+  using T = compute_type_t<S>;
+  static constexpr bool narrow = is_half_width_v<S>;
+  S* w_;
+  bool stochastic_ = false;
+  std::uint64_t key_ = 0;
+  explicit values(Q& p) : w_(p.value().data()) {
+    if constexpr (narrow) {
+      stochastic_ = p.rounding().stochastic;
+      if (stochastic_) key_ = p.next_rounding_key();
+    }
+  }
+  T get(index_t off) const { return T(w_[off]); }
+  void put(index_t off, T v) const {
+    if constexpr (narrow) {
+      if (stochastic_) w_[off] = round_stochastic<S>(v, std::uint32_t(rng::bits(key_, std::uint64_t(off))));
+      else w_[off] = S(v);
+    } else {
+      w_[off] = v;
+    }
+  }
+};
 
 /// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the
 /// names of an optimizer's state in a checkpoint: "m.0", "m.1", ...).
@@ -252,9 +282,10 @@ class sgd {
   }
   template <class Q>
   void one(Q& p, std::optional<detail::value_tensor_t<Q>>& buf, detail::slice_state_t<Q, unsigned char>& first) {
-    using T = typename Q::value_type;
+    using S = typename Q::value_type;
+    using T = compute_type_t<S>;
     T const lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
-    T* const w = p.value().data();
+    S* const w = p.value().data();
     if (mu != 0) ensure_buf(p, buf, first);  // momentum set through options() after construction
     T* const b = buf ? buf->data() : nullptr;
     if constexpr (device::is_device_param_v<Q>) {
@@ -264,10 +295,15 @@ class sgd {
       if (mu != 0) device::per_slice(p, device::clear_flag{first.data()});
       return;
     } else {
+    detail::values<Q> const val(p);
     if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
       for_each_grad_slice(p, [&](index_t id) {
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
           if (!g) return;
+          if constexpr (detail::values<Q>::narrow) {
+            for (index_t e = 0; e < n; ++e) val.put(off + e, val.get(off + e) - lr * g[e]);
+            return;
+          } else {
           T* const wr = w + off;
           index_t e = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
@@ -279,6 +315,7 @@ class sgd {
           }
 #endif
           for (; e < n; ++e) wr[e] -= lr * g[e];
+          }
         });
       });
       return;
@@ -288,12 +325,13 @@ class sgd {
       if (mu != 0) first[std::size_t(id)] = 0;
       gradix::detail::slice_elements(p, id, [&](index_t off, T const* gp) {
         T g = gp ? *gp : T(0);
-        if (wd != 0) g += wd * w[off];
+        T const wv = val.get(off);
+        if (wd != 0) g += wd * wv;
         if (mu != 0) {
           b[off] = fresh ? g : T(mu * b[off] + damp * g);
           g = o_.nesterov ? T(g + mu * b[off]) : b[off];
         }
-        w[off] -= lr * g;
+        val.put(off, wv - lr * g);
       });
     };
     detail::visit_slices(p, o_.momentum != 0 || o_.weight_decay != 0, slice);
@@ -344,22 +382,24 @@ class adagrad {
  private:
   template <class Q>
   detail::value_tensor_t<Q> make_sum(Q& q) {
-    return detail::state_of(q, typename Q::value_type(o_.initial_accumulator));
+    return detail::state_of(q, compute_type_t<typename Q::value_type>(o_.initial_accumulator));
   }
   template <class Q>
   void one(Q& p, detail::value_tensor_t<Q>& sum) {
-    using T = typename Q::value_type;
+    using T = compute_type_t<typename Q::value_type>;
     T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
-    T* const w = p.value().data();
+    auto* const w = p.value().data();
     T* const s = sum.data();
     if constexpr (device::is_device_param_v<Q>) {
       device::visit<1>(p, device::adagrad_update<T>{w, s, lr, wd, eps});
     } else {
+      detail::values<Q> const val(p);
       detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
         T g = gp ? *gp : T(0);
-        if (wd != 0) g += wd * w[off];
+        T const wv = val.get(off);
+        if (wd != 0) g += wd * wv;
         s[off] += g * g;
-        w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
+        val.put(off, wv - lr * g / (T(std::sqrt(s[off])) + eps));
       });
     }
   }
@@ -459,6 +499,16 @@ class adam_base {
 #endif
     for (; e < n; ++e) update(k, w[e], m[e], v[e], g[e]);
   }
+  /// update() over n consecutive elements of a half-width parameter from offset off (read
+  /// widened, written rounded; g null: no gradient, g = 0).
+  template <class T, class V>
+  static void update_values(coefs<T> const& k, V const& val, index_t off, T* m, T* v, T const* g, index_t n) {
+    for (index_t e = 0; e < n; ++e) {
+      T w = val.get(off + e);
+      update(k, w, m[e], v[e], g ? g[e] : T(0));
+      val.put(off + e, w);
+    }
+  }
   template <class T>
   static void update(coefs<T> const& k, T& w, T& m, T& v, T g) {
     g += k.wd * w;
@@ -492,13 +542,20 @@ class adam : public detail::adam_base<P...> {
  private:
   template <class Q>
   void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt) {
-    using T = typename Q::value_type;
+    using T = compute_type_t<typename Q::value_type>;
     auto const k = this->template coefs_now<T>();
-    T* const w = p.value().data();
+    auto* const w = p.value().data();
     T* const m = mt.data();
     T* const v = vt.data();
     if constexpr (device::is_device_param_v<Q>) {  // every element (the dense algorithm)
       device::visit<2>(p, this->device_update(k, w, m, v, nullptr));
+    } else if constexpr (detail::values<Q>::narrow) {
+      detail::values<Q> const val(p);
+      index_t const n = gradix::detail::slice_count(p);
+      for (index_t id = 0; id < n; ++id)
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+          base::update_values(k, val, off, m + off, v + off, g, len);
+        });
     } else {
       index_t const n = gradix::detail::slice_count(p);
       for (index_t id = 0; id < n; ++id)
@@ -555,9 +612,9 @@ class lazy_adam : public detail::adam_base<P...> {
  private:
   template <class Q>
   void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt, detail::slice_state_t<Q, std::int64_t>& last) {
-    using T = typename Q::value_type;
+    using T = compute_type_t<typename Q::value_type>;
     auto const k = this->template coefs_now<T>();
-    T* const w = p.value().data();
+    auto* const w = p.value().data();
     T* const m = mt.data();
     T* const v = vt.data();
     if constexpr (device::is_device_param_v<Q>) {
@@ -565,13 +622,14 @@ class lazy_adam : public detail::adam_base<P...> {
       device::visit<1>(p, this->device_update(k, w, m, v, last.data()));
       device::per_slice(p, device::set_last{last.data(), this->t_});
     } else {
+      detail::values<Q> const val(p);
       for_each_grad_slice(p, [&](index_t id) {
         std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
         last[std::size_t(id)] = this->t_;
         T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
         T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
-          T* const wr = w + off;
+          auto* const wr = w + off;
           T* const mr = m + off;
           T* const vr = v + off;
           if (skipped > 0)
@@ -579,7 +637,8 @@ class lazy_adam : public detail::adam_base<P...> {
               mr[e] *= d1;
               vr[e] *= d2;
             }
-          base::update_run(k, wr, mr, vr, g, n);
+          if constexpr (detail::values<Q>::narrow) base::update_values(k, val, off, mr, vr, g, n);
+          else base::update_run(k, wr, mr, vr, g, n);
         });
       });
     }
@@ -588,60 +647,6 @@ class lazy_adam : public detail::adam_base<P...> {
 };
 template <class... P>
 lazy_adam(adam_options, P&...) -> lazy_adam<P...>;
-
-/// Global-norm gradient clipping, as PyTorch's clip_grad_norm_: the L2 norm of the
-/// gradients of all the parameters taken together (what backward wrote: the touched slices;
-/// computed in double, in parameter order), and when it exceeds max_norm every gradient is
-/// scaled by max_norm / (norm + 1e-6). Returns the norm before clipping. A non-finite norm
-/// (an infinite or NaN gradient) throws gradix::error naming the first parameter (0-based)
-/// that holds one, before anything is scaled; a negative or NaN max_norm throws too.
-template <class... P>
-  requires(sizeof...(P) > 0)
-double clip_grad_norm(double max_norm, P&... params) {
-  constexpr char const* op = "gradix::optim::clip_grad_norm";
-  if (!(max_norm >= 0.0)) gradix::detail::fail(op, ": max_norm = ", detail::num(max_norm), " must be a non-negative number");
-  // every run of gradient elements of p: f(pointer, count), the pointer writable (p is)
-  auto runs = [](auto& p, auto&& f) {
-    for_each_grad_slice(p, [&](index_t id) {
-      gradix::detail::slice_runs(p, id, [&](index_t, auto const* g, index_t n) {
-        using T = std::remove_cvref_t<decltype(*g)>;
-        if (g) f(const_cast<T*>(g), n);  // (the storage of p, held by non-const reference)
-      });
-    });
-  };
-  double total = 0;
-  std::size_t bad = sizeof...(P);
-  std::size_t k = 0;
-  auto accumulate = [&](auto& p) {
-    double s = 0;
-    bool finite = true;
-    runs(p, [&](auto const* g, index_t n) {
-      for (index_t e = 0; e < n; ++e) {
-        s += double(g[e]) * double(g[e]);
-        finite = finite && std::isfinite(double(g[e]));
-      }
-    });
-    if (!finite && bad == sizeof...(P)) bad = k;
-    total += s;
-    ++k;
-  };
-  (accumulate(params), ...);
-  double const norm = std::sqrt(total);
-  if (bad < sizeof...(P))
-    gradix::detail::fail(op, ": the gradients' norm is ", detail::num(norm), " (parameter ", bad,
-                         " holds a non-finite gradient); nothing was scaled");
-  if (norm > max_norm) {
-    double const c = max_norm / (norm + 1e-6);
-    auto scale = [&](auto& p) {
-      runs(p, [&](auto* g, index_t n) {
-        using T = std::remove_cvref_t<decltype(*g)>;
-        for (index_t e = 0; e < n; ++e) g[e] = T(double(g[e]) * c);
-      });
-    };
-    (scale(params), ...);
-  }
-  return norm;
-}
 
 }  // namespace optim
 

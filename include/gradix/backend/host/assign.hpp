@@ -123,6 +123,12 @@ constexpr void assign(tensor_view<DT, DS, DL, host_space> const& dst, E const& e
           for (; i + W <= len; i += W) simd::store<T, W>(d + i, in.template pack<W>(i));
           for (; i < len; ++i) d[i] = in.elem(i);
           return;
+        } else if constexpr (unit_stride_v<DL, R, A> && is_half_width_v<DT> && std::is_same_v<T, float>) {
+          constexpr int W = simd::width<float>;  // float packs, rounded to nearest (even)
+          index_t i = 0;
+          for (; i + W <= len; i += W) simd::narrow<DT, W>(d + i, in.template pack<W>(i));
+          for (; i < len; ++i) d[i] = DT(in.elem(i));
+          return;
         }
 #endif
         for (index_t i = 0; i < len; ++i) d[i * sA] = DT(in.elem(i));
