@@ -183,6 +183,55 @@ TEST_CASE("checkpoint: a run stopped and resumed continues with the same bits (e
       [](model& m) { return gx::optim::adagrad({.lr = 0.1, .initial_accumulator = 0.1}, m.E, m.W, m.b); }, "adagrad");
 }
 
+TEST_CASE("checkpoint: half-width parameters and tensors; stochastic rounding resumes with the same bits") {
+  temp_dir dir;
+  auto make = [] {
+    gx::tensor<gx::bfloat16, gx::shape<dyn, dyn>> e(gx::dims(12, 6));
+    auto const r = gx::randn<float>(gx::dims(12, 6), 21);
+    e = r;
+    auto p = gx::param(e, gx::sparse_grad<0>);
+    p.set_rounding(gx::stochastic_rounding(5));
+    return p;
+  };
+  std::vector<int> rows{3, 0, 3, 11};
+  auto step = [&](auto& p, auto& opt) {
+    gx::backward(gx::sum(gx::square(gx::gather<0>(p, rows))));
+    opt.step();
+    opt.zero_grad();
+  };
+  auto h = gx::tensor<gx::half, gx::shape<3>>{gx::half(1.5f), gx::half(-65504.0f), gx::half::from_bits(0x0001)};
+  // uninterrupted: 6 steps
+  auto a = make();
+  auto oa = gx::optim::adagrad({.lr = 0.01}, a);
+  for (int s = 0; s < 6; ++s) step(a, oa);
+  // 3 steps, saved, loaded into fresh objects, 3 more
+  auto b = make();
+  auto ob = gx::optim::adagrad({.lr = 0.01}, b);
+  for (int s = 0; s < 3; ++s) step(b, ob);
+  gx::checkpoint out;
+  out.add("E", b).add("opt", ob).add("h", h);
+  out.save(dir / "h.gxck");
+  auto c = make();
+  auto oc = gx::optim::adagrad({.lr = 0.01}, c);
+  gx::tensor<gx::half, gx::shape<3>> h2{};
+  gx::checkpoint in;
+  in.add("E", c).add("opt", oc).add("h", h2);
+  in.load(dir / "h.gxck");
+  CHECK(c.rounded_updates() == 3);
+  CHECK(same_bits(b.value().data(), c.value().data(), 72));
+  for (int s = 0; s < 3; ++s) step(c, oc);
+  CHECK(same_bits(a.value().data(), c.value().data(), 72));
+  CHECK(same_bits(h.data(), h2.data(), 3));
+  CHECK(std::find(in.names().begin(), in.names().end(), std::string("E.rounded_updates")) != in.names().end());
+  // a bfloat16 record does not load into a float tensor
+  auto f = gx::param(gx::zeros<float>(gx::dims(12, 6)), gx::sparse_grad<0>);
+  auto of = gx::optim::adagrad({.lr = 0.01}, f);
+  gx::checkpoint wrong;
+  wrong.add("E", f).add("opt", of).add("h", h2);
+  CHECK_THROWS_WITH_AS(wrong.load(dir / "h.gxck"), doctest::Contains("holds bf16 elements, the program's object f32"),
+                       gx::error);
+}
+
 TEST_CASE("checkpoint: an optimizer's state and options are records of their own") {
   model m(1);
   auto opt = gx::optim::lazy_adam({.lr = 0.05}, m.E, m.W, m.b);

@@ -4,6 +4,7 @@
 #include <gradix/interop/dlpack.hpp>
 
 #include <cstdint>
+#include <limits>
 
 namespace gx = gradix;
 namespace dl = gradix::dlpack;
@@ -31,6 +32,18 @@ std::uintptr_t gx_double_in_place(void* t) {
 double gx_sum(void* t) {
   auto v = gx::from_dlpack<double, gx::shape<gx::dyn>>(*static_cast<dl::DLTensor*>(t));
   return gx::value(gx::sum(v));
+}
+
+/// The sum (in double) of a rank-1 bfloat16 (half_width 0) or float16 (1) tensor, read as
+/// float by a gradix expression; NaN when the element type is refused.
+double gx_sum_half(void* t, int half_width) {
+  auto const& d = *static_cast<dl::DLTensor*>(t);
+  try {
+    if (half_width == 0) return gx::value(gx::sum(gx::cast<double>(gx::from_dlpack<gx::bfloat16, gx::shape<gx::dyn>>(d))));
+    return gx::value(gx::sum(gx::cast<double>(gx::from_dlpack<gx::half, gx::shape<gx::dyn>>(d))));
+  } catch (gx::error const&) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 /// A rows x cols float32 tensor 0, 1, 2, ... (column-major when col_major), exported: a

@@ -54,6 +54,29 @@ TEST_CASE("dlpack: a tensor exported and imported again is the same memory, row-
   mc->deleter(mc);
 }
 
+TEST_CASE("dlpack: bfloat16 is kDLBfloat and half kDLFloat, 16 bits; neither imports as the other") {
+  gx::tensor<gx::bfloat16, gx::shape<dyn>> b(gx::dims(5));
+  gx::tensor<gx::half, gx::shape<dyn>> h(gx::dims(5));
+  auto const r = gx::iota<float>(gx::dims(5));
+  b = r * 0.5f;
+  h = r * 0.25f;
+  dl::DLManagedTensor* mb = gx::to_dlpack(b.view());
+  dl::DLManagedTensor* mh = gx::to_dlpack(h.view());
+  CHECK(mb->dl_tensor.dtype.code == dl::kDLBfloat);
+  CHECK(mb->dl_tensor.dtype.bits == 16);
+  CHECK(mh->dl_tensor.dtype.code == dl::kDLFloat);
+  CHECK(mh->dl_tensor.dtype.bits == 16);
+  auto const vb = gx::from_dlpack<gx::bfloat16, gx::shape<dyn>>(mb->dl_tensor);
+  CHECK(vb.data() == b.data());
+  CHECK(gx::value(gx::sum(vb)) == 5.0f);  // read as float: 0 + 0.5 + 1 + 1.5 + 2
+  CHECK(error_of([&] { (void)gx::from_dlpack<gx::half, gx::shape<dyn>>(mb->dl_tensor); })
+            .find("the elements are bfloat16 x 1 lanes, the view's float16") != std::string::npos);
+  CHECK(error_of([&] { (void)gx::from_dlpack<float, gx::shape<dyn>>(mh->dl_tensor); })
+            .find("the elements are float16 x 1 lanes, the view's float32") != std::string::npos);
+  mb->deleter(mb);
+  mh->deleter(mh);
+}
+
 TEST_CASE("dlpack: a producer's tensor with absent strides, explicit strides and a byte offset") {
   std::int32_t data[2 + 12] = {};
   for (int k = 0; k < 14; ++k) data[k] = k;

@@ -5,7 +5,8 @@ usage: torch_roundtrip.py LIBRARY   (the shared library built from dlpack_ctypes
 
 - PyTorch -> gradix: a float32 matrix's DLPack capsule goes to gradix, which doubles it in
   place; the tensor changes and gradix wrote at the tensor's own data pointer. A transposed
-  (strided) view and a float64 vector too, and a tensor of the wrong type is refused.
+  (strided) view, a float64 vector, bfloat16 and float16 vectors (read as float) too, and a
+  tensor of the wrong type is refused.
 - gradix -> PyTorch: gradix exports a row-major and a column-major tensor; torch's
   from_dlpack sees the same data pointer, the values and the layout's strides, and frees it
   through gradix's deleter once.
@@ -27,6 +28,8 @@ lib.gx_double_in_place.restype = ctypes.c_size_t
 lib.gx_double_in_place.argtypes = [ctypes.c_void_p]
 lib.gx_sum.restype = ctypes.c_double
 lib.gx_sum.argtypes = [ctypes.c_void_p]
+lib.gx_sum_half.restype = ctypes.c_double
+lib.gx_sum_half.argtypes = [ctypes.c_void_p, ctypes.c_int]
 lib.gx_make.restype = ctypes.c_void_p
 lib.gx_make.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
 lib.gx_data_of.restype = ctypes.c_size_t
@@ -77,6 +80,14 @@ v = torch.linspace(0, 1, 101, dtype=torch.float64)
 cap, p = dltensor(v)
 check(abs(lib.gx_sum(p) - float(v.sum())) < 1e-12, "the sum of a float64 vector")
 del cap
+
+for dt, code, name in ((torch.bfloat16, 0, "bfloat16"), (torch.float16, 1, "float16")):
+    h = (torch.linspace(-3, 3, 77, dtype=torch.float32) ** 3).to(dt)
+    cap, p = dltensor(h)
+    check(abs(lib.gx_sum_half(p, code) - float(h.to(torch.float64).sum())) < 1e-9, f"the sum of a {name} vector (read as float)")
+    other = lib.gx_sum_half(p, 1 - code)
+    check(other != other, f"a {name} tensor is refused as the other 16-bit type")
+    del cap
 
 i = torch.arange(6, dtype=torch.int64).reshape(2, 3)
 cap, p = dltensor(i)

@@ -16,6 +16,7 @@
 ///   consumer calls its deleter. `to_dlpack(view)` exports
 ///   a view whose memory the caller keeps alive until the deleter runs.
 /// Host memory is kDLCPU (kDLCUDAHost is accepted on import); cuda_space is kDLCUDA.
+/// gx::bfloat16 is kDLBfloat and gx::half kDLFloat, both 16 bits (torch.bfloat16, torch.float16).
 
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
@@ -70,10 +71,13 @@ static_assert(offsetof(DLManagedTensor, deleter) == 56, "gradix::dlpack: DLManag
 template <class T>
 constexpr DLDataType dtype_of() {
   using U = std::remove_const_t<T>;
-  static_assert(std::is_arithmetic_v<U> && !std::is_same_v<U, bool>,
-                "gradix::dlpack: only arithmetic element types other than bool are exchanged");
-  return {std::uint8_t(std::is_floating_point_v<U> ? kDLFloat : std::is_signed_v<U> ? kDLInt : kDLUInt),
-          std::uint8_t(sizeof(U) * 8), 1};
+  static_assert(storage_element<U>,
+                "gradix::dlpack: only arithmetic element types other than bool, gx::bfloat16 and gx::half are exchanged");
+  if constexpr (std::is_same_v<U, bfloat16>) return {std::uint8_t(kDLBfloat), 16, 1};
+  else if constexpr (std::is_same_v<U, half>) return {std::uint8_t(kDLFloat), 16, 1};
+  else
+    return {std::uint8_t(std::is_floating_point_v<U> ? kDLFloat : std::is_signed_v<U> ? kDLInt : kDLUInt),
+            std::uint8_t(sizeof(U) * 8), 1};
 }
 
 namespace detail {

@@ -77,11 +77,13 @@ constexpr std::uint8_t type_code() {
   else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 2) return 8;
   else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 4) return 9;
   else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 8) return 10;
+  else if constexpr (std::is_same_v<T, bfloat16>) return 12;
+  else if constexpr (std::is_same_v<T, half>) return 13;
   else return 0;
 }
 inline char const* type_name(std::uint8_t c) {
-  static char const* const names[] = {"?",   "f32", "f64", "i8",  "i16", "i32",
-                                      "i64", "u8",  "u16", "u32", "u64", "bool"};
+  static char const* const names[] = {"?",   "f32", "f64", "i8",  "i16",  "i32", "i64",
+                                      "u8",  "u16", "u32", "u64", "bool", "bf16", "f16"};
   return c < std::size(names) ? names[c] : "?";
 }
 
@@ -146,6 +148,26 @@ field scalar_field(std::string name, T& x) {
   f.type = type_code<T>();
   f.bytes = [&x] { return std::pair<void const*, std::size_t>(&x, sizeof(T)); };
   f.assign = [&x](unsigned char const* p) { std::memcpy(&x, p, sizeof(T)); };
+  return f;
+}
+
+/// A half-width parameter's count of rounded updates (the counter its stochastic rounding
+/// draws from), saved so that a resumed run draws the bits an uninterrupted one would.
+template <class P>
+field rounding_field(std::string name, P& p) {
+  field f;
+  f.name = std::move(name);
+  f.type = type_code<std::uint64_t>();
+  auto held = std::make_shared<std::uint64_t>(0);
+  f.bytes = [&p, held] {
+    *held = p.rounded_updates();
+    return std::pair<void const*, std::size_t>(held.get(), sizeof(std::uint64_t));
+  };
+  f.assign = [&p](unsigned char const* b) {
+    std::uint64_t n = 0;
+    std::memcpy(&n, b, sizeof n);
+    p.set_rounded_updates(n);
+  };
   return f;
 }
 
@@ -294,6 +316,8 @@ class checkpoint {
     std::vector<detail::ckpt::field> fs;
     if constexpr (detail::ckpt::is_param<X>::value) {
       fs.push_back(detail::ckpt::tensor_field(name, x.value()));
+      if constexpr (is_half_width_v<typename X::value_type>)
+        fs.push_back(detail::ckpt::rounding_field(name + ".rounded_updates", x));
     } else if constexpr (is_tensor_v<X>) {
       fs.push_back(detail::ckpt::tensor_field(name, x));
     } else if constexpr (detail::ckpt::has_state<X>) {
