@@ -131,6 +131,14 @@ TEST_CASE("half-width parameters: stochastic rounding") {
   };
   auto nearest = make();
   run(nearest, 50, 1);
+  // doc-snippet: stochastic_rounding
+  // a bfloat16 table whose updates round stochastically: a step smaller than half the
+  // spacing still moves the values on average
+  auto table = gx::param(gx::ones<gx::bfloat16>(gx::dims(64, 32)), gx::sparse_grad<0>);
+  table.set_rounding(gx::stochastic_rounding(42));  // seed 42; the default is to nearest, ties to even
+  // end doc-snippet
+  run(table, 50, 1);
+  CHECK(table.rounded_updates() == 50);
   CHECK(float(nearest.value()(3, 3)) == 1.0f);
   auto sr1 = make();
   sr1.set_rounding(gx::stochastic_rounding(42));

@@ -172,10 +172,17 @@ TEST_CASE("half-width types: stochastic rounding") {
 
 TEST_CASE("half-width tensors: assigning rounds each element, expressions read float") {
   auto const f = gx::randn<float>(gx::dims(37, 53), 4);  // odd extents: packs and tails
+  // doc-snippet: half_width_tensors
   gx::tensor<gx::bfloat16, gx::shape<gx::dyn, gx::dyn>> b(gx::dims(37, 53));
   gx::tensor<gx::half, gx::shape<gx::dyn, gx::dyn>> h(gx::dims(37, 53));
-  b = f * 300.0f;
-  h = f * 300.0f;
+  b = f * 300.0f;  // computed in float, each element rounded to nearest (ties to even)
+  h = f * 300.0f;  // (beyond 65504: infinity)
+  float const s = gx::value(gx::sum(b));  // expressions read bfloat16 and half as float
+  gx::tensor<float, gx::shape<gx::dyn, gx::dyn>> back(gx::dims(37, 53));
+  back = h;  // widening is exact
+  // end doc-snippet
+  CHECK(std::isfinite(s));
+  CHECK(back(1, 2) == float(h(1, 2)));
   for (gx::index_t i = 0; i < 37; ++i)
     for (gx::index_t j = 0; j < 53; ++j) {
       REQUIRE(b(i, j).bits() == gx::bfloat16(f(i, j) * 300.0f).bits());
