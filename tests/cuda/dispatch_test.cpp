@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -141,6 +142,32 @@ TEST_CASE("gx::eval, value and assign on device expressions") {
     CHECK(msg.find("[4, 6]") != std::string::npos);
     auto const untouched = small.download();
     for (index_t k = 0; k < untouched.size(); ++k) REQUIRE(untouched.data()[k] == 0.0);
+  }
+  CHECK(l.live_allocations() == 0);
+}
+
+TEST_CASE("device tensors of bfloat16 and half: read as float, written rounded, as on the host") {
+  using S2 = gx::shape<gx::dyn, gx::dyn>;
+  auto const hf = gx::randn<float>(gx::dims(5, 7), 3);
+  gx::tensor<gx::bfloat16, S2> hb(gx::dims(5, 7));
+  hb = hf;
+  launcher l;
+  {
+    auto db = grid::device_tensor<gx::bfloat16, S2, launcher>::from_host(l, hb);
+    auto r = grid::eval(l, gx::tanh(db.cview()) * 3.0f);  // a float device tensor
+    static_assert(std::is_same_v<typename decltype(r)::value_type, float>);
+    check_close(gx::eval(gx::tanh(hb.view()) * 3.0f), r.download(), 1e-6, "eval over a bfloat16 device tensor");
+    auto dh = grid::device_tensor<gx::half, S2, launcher>::zeros(l, gx::dims(5, 7));
+    grid::assign(l, dh.view(), db.cview() * 100000.0f);  // some beyond 65504: infinity
+    gx::tensor<gx::half, S2> hh(gx::dims(5, 7));
+    hh = hb.view() * 100000.0f;
+    auto const back = dh.download();
+    int inf = 0;
+    for (index_t k = 0; k < back.size(); ++k) {
+      REQUIRE(back.data()[k].bits() == hh.data()[k].bits());
+      inf += std::isinf(float(back.data()[k]));
+    }
+    CHECK(inf > 0);
   }
   CHECK(l.live_allocations() == 0);
 }

@@ -37,6 +37,8 @@ struct leaves {
   gx::tensor_view<float const, gx::shape<cols>, gx::row_major, Space> b;     // rank 1
   gx::tensor_view<double const, gx::shape<gx::dyn, cols>, gx::row_major, Space> d;
   gx::tensor_view<int const, gx::shape<gx::dyn, cols>, gx::row_major, Space> k;
+  gx::tensor_view<gx::bfloat16 const, gx::shape<gx::dyn, cols>, gx::row_major, Space> hb;  // read as float
+  gx::tensor_view<gx::half const, gx::shape<gx::dyn, cols>, gx::col_major, Space> hh;
 };
 
 /// The leaves' data, in one block so that one cudaMemcpy moves it.
@@ -48,6 +50,8 @@ struct data {
   float b[cols];
   double d[rows * cols];
   int k[rows * cols];
+  gx::bfloat16 hb[rows * cols];
+  gx::half hh[rows * cols];
 };
 
 data make_data() {
@@ -59,6 +63,8 @@ data make_data() {
     h.xs[2 * i + 1] = -1000.0f;  // never read
     h.d[i] = 0.5 - 0.125 * i;
     h.k[i] = i * 7 % 5 - 2;
+    h.hb[i] = gx::bfloat16(0.3f + 0.7f * float(i));
+    h.hh[i] = gx::half(1.5f - 0.2f * float(i));
   }
   for (int j = 0; j < cols; ++j) {
     h.w[j] = 0.5f + 0.5f * float(j);
@@ -77,7 +83,9 @@ leaves<Space> make_leaves(data const* p) {
           gx::view<gx::row_major, Space>(&p->w[0], gx::shape<1, cols>{}),
           gx::view<gx::row_major, Space>(&p->b[0], gx::shape<cols>{}),
           gx::view<gx::row_major, Space>(&p->d[0], s),
-          gx::view<gx::row_major, Space>(&p->k[0], s)};
+          gx::view<gx::row_major, Space>(&p->k[0], s),
+          gx::view<gx::row_major, Space>(&p->hb[0], s),
+          gx::view<gx::col_major, Space>(&p->hh[0], s)};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -127,6 +135,14 @@ struct softmax_like {
     return gx::exp(l.x - gx::max<1>(l.x, gx::keep_dims)) /
                gx::sum<1>(gx::exp(l.x - gx::max<1>(l.x, gx::keep_dims)), gx::keep_dims) +
            l.xc / gx::sum(l.xs);
+  }
+};
+/// Half-width leaves (bfloat16 row-major, half column-major), widened to float on the device.
+struct half_width {
+  static constexpr char const* name = "bfloat16 and half leaves";
+  template <class L>
+  auto operator()(L const& l) const {
+    return l.hb * l.hh + gx::tanh(l.hb) - gx::sum<1>(l.hh, gx::keep_dims);
   }
 };
 /// A full reduction (rank 0) and a reduction over the dynamic axis of a column-major leaf.
@@ -309,6 +325,7 @@ int main() {
   check(row_sums{}, &h, d, have_device);
   check(softmax_like{}, &h, d, have_device);
   check(full_sum{}, &h, d, have_device);
+  check(half_width{}, &h, d, have_device);
   check(index_and_views{}, &h, d, have_device);
 
   if (dev) cudaFree(dev);

@@ -28,7 +28,7 @@ struct assign_kernel {
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    using DT = typename DV::value_type;
+    using DT = typename DV::storage_type;  // (a half-width element: rounded to nearest, ties to even)
     constexpr std::size_t R = DV::rank;
     ev::evaluator<E> ev(e_);
     auto const ext = dst_.shape().extents();

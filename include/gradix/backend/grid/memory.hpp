@@ -29,7 +29,8 @@ namespace gradix::grid {
 /// must outlive the tensor (its memory goes back through it).
 template <class T, class Shape, class L, class Layout = row_major>
 class device_tensor {
-  static_assert(element<T>, "gradix::device_tensor: the element type must be an arithmetic type other than bool");
+  static_assert(storage_element<T>, "gradix::device_tensor: the element type must be an arithmetic type other than bool, "
+                                    "gx::bfloat16 or gx::half");
   static_assert(is_shape_v<Shape>, "gradix::device_tensor: Shape must be a gradix::shape<...>");
   static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
                 "gradix::device_tensor: the layout of an owning tensor is row_major or col_major");
