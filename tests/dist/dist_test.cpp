@@ -221,6 +221,55 @@ TEST_CASE("dist: traffic counts touched rows, not the table's size") {
   CHECK(sent[0] == sent[1]);  // a table 54000 times larger: the same bytes
 }
 
+TEST_CASE("dist: a bfloat16 table: rows travel as 16 bits, gradients as float, the float twin's bits") {
+  dist::communicator world;
+  dist::block_split split(world, kBatch, kBlock);
+  batch const B = make_batch(1, kBatch, kRows);
+  std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
+  std::vector<index_t> offsets;
+  for (index_t j = split.first_block(); j <= split.end_block(); ++j)
+    offsets.push_back(split.block_begin(j) - split.first_sample());
+  auto init_b = [](index_t id, std::span<gx::bfloat16> row) {
+    for (std::size_t x = 0; x < row.size(); ++x) row[x] = gx::bfloat16(0.01f * float(id) - 0.3f * float(x) + 0.123f);
+  };
+  auto init_f = [&](index_t id, std::span<float> row) {  // the same values, widened
+    std::vector<gx::bfloat16> b(row.size());
+    init_b(id, b);
+    for (std::size_t x = 0; x < row.size(); ++x) row[x] = float(b[x]);
+  };
+  dist::sharded_table<gx::bfloat16> Eb(world, kRows, kDim, dist::placement::modulo, init_b);
+  dist::sharded_table<float> Ef(world, kRows, kDim, dist::placement::modulo, init_f);
+  static_assert(std::is_same_v<dist::sharded_table<gx::bfloat16>::grad_type, float>);
+  auto const w = gx::iota<float>(gx::dims(kDim));
+  auto round_trip = [&](auto& E) {
+    world.reset_traffic();
+    auto L = E.fetch(a, offsets, split);
+    for (index_t j = split.first_block(); j < split.end_block(); ++j)
+      gx::backward(gx::sum(gx::square(gx::gather<0>(L.rows(), L.block(j))) * w));
+    E.push(L);
+    return world.traffic().bytes_sent;
+  };
+  std::uint64_t const sent_b = round_trip(Eb), sent_f = round_trip(Ef);
+  if (world.size() > 1) CHECK(sent_b < sent_f);
+  else CHECK(sent_b == 0);
+  // the owners' gradients: float, the twin's bits
+  auto const gb = Eb.local().grad().to_dense(), gf = Ef.local().grad().to_dense();
+  CHECK(same_bits(gb.data(), gf.data(), gb.size()));
+  // an Adagrad step on the owners: the twin's values rounded to nearest
+  gx::optim::adagrad ob({.lr = 0.1}, Eb.local());
+  gx::optim::adagrad of({.lr = 0.1}, Ef.local());
+  ob.step();
+  of.step();
+  auto const& vb = Eb.local().value();
+  auto const& vf = Ef.local().value();
+  int moved = 0;
+  for (index_t k = 0; k < vb.size(); ++k) {
+    REQUIRE(vb.data()[k].bits() == gx::bfloat16(vf.data()[k]).bits());
+    moved += gb.data()[k] != 0.0f;
+  }
+  if (Eb.owned() > 0) CHECK(moved > 0);
+}
+
 TEST_CASE("dist: an index out of range on one rank is an error on every rank, and nothing moves") {
   dist::communicator world;
   dist::block_split split(world, 8, 2);

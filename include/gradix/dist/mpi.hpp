@@ -7,6 +7,7 @@
 ///
 /// `<mpi.h>` is included with OMPI_SKIP_MPICXX and MPICH_SKIP_MPICXX defined to 1 (unless the
 /// program defined them already), so that no C++ bindings come with it.
+#include "gradix/core/half.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 
@@ -35,7 +36,8 @@ MPI_Datatype mpi_type() {
   else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
   else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
   else if constexpr (std::is_same_v<T, int>) return MPI_INT;
-  else static_assert(sizeof(T) == 0, "gradix::dist: element types are float, double and 64-bit integers");
+  else if constexpr (is_half_width_v<T>) return MPI_UINT16_T;  // (moved as bits, never reduced)
+  else static_assert(sizeof(T) == 0, "gradix::dist: element types are float, double, 64-bit integers, bfloat16 and half");
 }
 inline std::string mpi_message(int rc) {
   char buf[MPI_MAX_ERROR_STRING];

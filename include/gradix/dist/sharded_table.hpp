@@ -152,6 +152,9 @@ template <class T>
 class sharded_table {
  public:
   using local_type = parameter<T, shape<dyn, dyn>, row_major, sparse_grad_t<0>>;
+  /// The gradients' element type: T, or float for a bfloat16 or half table (whose rows
+  /// travel as their 16-bit patterns, half the bytes of float rows).
+  using grad_type = compute_type_t<T>;
   /// `init(id, row)` fills the row with global id `id` (a std::span<T> of dim elements);
   /// without it the rows are zero.
   sharded_table(communicator& c, index_t rows, index_t dim, placement p = placement::block,
@@ -164,13 +167,23 @@ class sharded_table {
     if (int rc = MPI_Type_contiguous(int(d_), detail::mpi_type<T>(), &row_type_); rc != MPI_SUCCESS)
       c.check(rc, "MPI_Type_contiguous");
     c.check(MPI_Type_commit(&row_type_), "MPI_Type_commit");
+    if constexpr (std::is_same_v<grad_type, T>) {
+      grad_row_type_ = row_type_;
+    } else {
+      if (int rc = MPI_Type_contiguous(int(d_), detail::mpi_type<grad_type>(), &grad_row_type_); rc != MPI_SUCCESS)
+        c.check(rc, "MPI_Type_contiguous");
+      c.check(MPI_Type_commit(&grad_row_type_), "MPI_Type_commit");
+    }
   }
   sharded_table(sharded_table const&) = delete;
   sharded_table& operator=(sharded_table const&) = delete;
   ~sharded_table() {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin && row_type_ != MPI_DATATYPE_NULL && !detail::abandoned()) MPI_Type_free(&row_type_);
+    if (!fin && !detail::abandoned()) {
+      if (grad_row_type_ != MPI_DATATYPE_NULL && grad_row_type_ != row_type_) MPI_Type_free(&grad_row_type_);
+      if (row_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&row_type_);
+    }
   }
 
   index_t rows() const { return n_; }
@@ -367,22 +380,22 @@ class sharded_table {
     else if (L.rows_.grad().busy_flag() || local_.grad().busy_flag())
       bad = std::string(what) + ": a backward pass is running on the lookup or the table";
     auto const& g = L.rows_.grad();
-    T const* gd = g.dense().data();
+    grad_type const* gd = g.dense().data();
     // the entries to send: one per touched (block, id) row; with exact = false one per id,
     // its blocks' rows summed here first, in block order
     std::vector<std::int64_t> eid, eblock;
-    std::vector<T> merged_rows;              // (exact = false: the ranks' sums)
+    std::vector<grad_type> merged_rows;              // (exact = false: the ranks' sums)
     std::vector<std::size_t> esrc;           // each entry's row: a lookup row, or a merged one
     if (bad.empty()) {
       detail::id_map<std::int64_t>& merged = distinct_;
       if (!o.exact) merged.reset(L.pair_id_.size());
       for (std::size_t k = 0; k < L.pair_id_.size(); ++k) {
         if (!g.is_touched(index_t(k))) continue;
-        T const* row = gd + k * std::size_t(d_);
+        grad_type const* row = gd + k * std::size_t(d_);
         if (!o.exact) {
           auto [at, added] = merged.try_emplace(L.pair_id_[k], std::int64_t(eid.size()));
           if (!added) {
-            T* dst = merged_rows.data() + std::size_t(*at) * std::size_t(d_);
+            grad_type* dst = merged_rows.data() + std::size_t(*at) * std::size_t(d_);
             for (index_t x = 0; x < d_; ++x) dst[x] += row[x];
             continue;
           }
@@ -395,7 +408,7 @@ class sharded_table {
         eblock.push_back(L.pair_block_[k]);
       }
     }
-    T const* rows_of = o.exact ? gd : merged_rows.data();
+    grad_type const* rows_of = o.exact ? gd : merged_rows.data();
     std::vector<std::int64_t> scount(static_cast<std::size_t>(R), 0);
     std::vector<std::size_t> send_rows(eid.size());  // entries grouped by owner, in order inside
     {
@@ -408,8 +421,8 @@ class sharded_table {
     std::int64_t const nrecv = std::accumulate(rcount.begin(), rcount.end(), std::int64_t(0));
     std::int64_t* const keys = room(s_.want, send_rows.size() * 2);
     std::int64_t* const rkeys = room(s_.asked, std::size_t(nrecv) * 2);
-    T* const vals = room(s_.out, send_rows.size() * std::size_t(d_));
-    T* const rvals = room(s_.got, std::size_t(nrecv) * std::size_t(d_));
+    grad_type* const vals = room(s_.gout, send_rows.size() * std::size_t(d_));
+    grad_type* const rvals = room(s_.ggot, std::size_t(nrecv) * std::size_t(d_));
     int const me = c_->rank();
     std::vector<std::int64_t> sdisp(static_cast<std::size_t>(R) + 1, 0), rdisp(static_cast<std::size_t>(R) + 1, 0);
     for (int r = 0; r < R; ++r) {
@@ -421,14 +434,14 @@ class sharded_table {
       std::size_t const e = send_rows[k];
       keys[2 * k] = eid[e];
       keys[2 * k + 1] = eblock[e];
-      std::memcpy(vals + k * std::size_t(d_), rows_of + esrc[e] * std::size_t(d_), std::size_t(d_) * sizeof(T));
+      std::memcpy(vals + k * std::size_t(d_), rows_of + esrc[e] * std::size_t(d_), std::size_t(d_) * sizeof(grad_type));
     }
     auto twice = [](std::vector<std::int64_t> v) {
       for (auto& x : v) x *= 2;
       return v;
     };
     c_->alltoallv(keys, twice(scount), rkeys, twice(rcount), MPI_INT64_T, sizeof(std::int64_t), what, true);
-    c_->alltoallv(vals, scount, rvals, rcount, row_type_, std::size_t(d_) * sizeof(T), what, true);
+    c_->alltoallv(vals, scount, rvals, rcount, grad_row_type_, std::size_t(d_) * sizeof(grad_type), what, true);
     L.pushed_ = true;
     // The owner's sum. What arrives is in global block order: by source rank (ranks hold
     // ascending runs of blocks), and from each rank in its blocks' order (the entries keep
@@ -454,9 +467,9 @@ class sharded_table {
       }
     }
     auto& st = local_.grad();
-    auto add = [&](std::int64_t id, T const* src) {
+    auto add = [&](std::int64_t id, grad_type const* src) {
       index_t const slot = st.reserve(local_row(id));
-      T* dst = st.data() + slot * st.slice_elements();
+      grad_type* dst = st.data() + slot * st.slice_elements();
       for (index_t x = 0; x < d_; ++x) dst[x] += src[x];
     };
     for (int r = 0; r < R; ++r) {
@@ -499,13 +512,15 @@ class sharded_table {
   struct {
     std::vector<std::int64_t> want, asked;
     std::vector<T> out, got;
+    std::vector<grad_type> gout, ggot;  // (push: gradient rows)
   } s_;
   template <class V>
   static typename V::value_type* room(V& v, std::size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
   }
-  MPI_Datatype row_type_ = MPI_DATATYPE_NULL;
+  MPI_Datatype row_type_ = MPI_DATATYPE_NULL;       // a row of values
+  MPI_Datatype grad_row_type_ = MPI_DATATYPE_NULL;  // a row of gradients (row_type_ unless T is half-width)
 };
 
 }  // namespace gradix::dist
