@@ -12,6 +12,10 @@
 // Usage: seed_embedding [--layout col|row] [--n N] [--reps R] [--threads T] [--na NA]
 //          [--nb NB] [--k K] [--d D] [--loss sum|square] [--idx-mod M] [--random-idx]
 //          [--batched] [--init hash|randn] [--check] [--device cpu|cuda] [--deterministic]
+//          [--dtype f32|bf16|f16]
+//
+// --dtype bf16 or f16 stores both tables as gx::bfloat16 or gx::half (half the memory; read
+// as float, gradients in float; docs/ops.md), with the hash init rounded to nearest.
 //
 // --device cuda runs the same computation on the GPU (seed_embedding_device.hpp; built where
 // meson finds nvcc): device tables with sparse device gradients, the indices in device
@@ -113,7 +117,7 @@ static int host_check(options const& o, P const& Ea, P const& Eb, std::vector<st
 // ------------------------------------------------------------------ the benchmark
 // Layout: gx::col_major (tables d x N, column gathers) or gx::row_major (N x d, row gathers).
 // Dim: gx::fix_t<64> keeps the embedding extent static; a plain index_t makes it dynamic.
-template <class Layout, class Dim>
+template <class Layout, class Dim, class Elem = float>
 int run(options const& o) {
   constexpr bool col = std::is_same_v<Layout, gx::col_major>;
   constexpr std::size_t Axis = col ? 1 : 0;  // the table-entry axis
@@ -130,12 +134,13 @@ int run(options const& o) {
   };
 
   // Tables: hash init (the PyTorch peer's formula) or gradix's seeded randn.
+  // (a half-width table is generated in place: no float table is ever allocated)
   auto init = [&](long entries, std::uint32_t t) {
-    if (o.hash)
-      return gx::generate<float, Layout>(make_shape(entries), [&](auto const& c) {
-        return seed::hash_value(std::uint64_t(c[Axis]), std::uint64_t(c[1 - Axis]), std::uint64_t(o.d), t);
-      });
-    return gx::randn<float, Layout>(make_shape(entries), 7 + t);
+    if constexpr (std::is_same_v<Elem, float>)
+      if (!o.hash) return gx::randn<float, Layout>(make_shape(entries), 7 + t);
+    return gx::generate<Elem, Layout>(make_shape(entries), [&](auto const& c) {
+      return seed::hash_value(std::uint64_t(c[Axis]), std::uint64_t(c[1 - Axis]), std::uint64_t(o.d), t);
+    });
   };
   auto Ea = gx::param(init(o.na, 0), gx::sparse_grad<Axis>);
   auto Eb = gx::param(init(o.nb, 1), gx::sparse_grad<Axis>);
@@ -222,12 +227,12 @@ int run(options const& o) {
     if (last_back_allocs != 0) status = 1;
   }
 
-  std::printf("{\"layout\": \"%s\", \"loss_kind\": \"%s\", \"batched\": %s, \"n\": %ld, \"k\": %ld, "
+  std::printf("{\"dtype\": \"%s\", \"layout\": \"%s\", \"loss_kind\": \"%s\", \"batched\": %s, \"n\": %ld, \"k\": %ld, "
               "\"d\": %ld, \"na\": %ld, \"nb\": %ld, \"threads\": %ld, \"reps\": %ld, "
               "\"forward_s\": %.6g, \"backward_s\": %.6g, \"step_s\": %.6g, "
               "\"peak_rss_mib\": %.1f, \"rss_after_init_mib\": %.1f, \"loss\": %.9g, "
               "\"backward_allocations\": %ld, \"grad_slots_Ea\": %ld, \"grad_slots_Eb\": %ld%s}\n",
-              col ? "col" : "row", o.square ? "square" : "sum", o.batched ? "true" : "false", o.n,
+              o.dtype.c_str(), col ? "col" : "row", o.square ? "square" : "sum", o.batched ? "true" : "false", o.n,
               o.k, o.d, o.na, o.nb, o.threads, o.reps, seed::median(fwd), seed::median(bwd), seed::median(step),
               rss_mib("VmHWM:"), rss_init, loss, last_back_allocs, long(Ea.grad().size()),
               long(Eb.grad().size()), o.check ? (status ? ", \"check\": \"FAILED\"" : ", \"check\": \"ok\"") : "");
@@ -245,23 +250,37 @@ int seed::run_cuda(options const&) {
 
 int main(int argc, char** argv) {
   options o = seed::parse(argc, argv);
+  if (o.cuda && o.dtype != "f32") {
+    std::fprintf(stderr, "seed_embedding: --dtype %s is for the host (device tables are float here)\n", o.dtype.c_str());
+    return 2;
+  }
   if (o.cuda) return seed::run_cuda(o);
   if (o.deterministic) {
     std::fprintf(stderr, "seed_embedding: --deterministic is for --device cuda (the host backward is "
                          "deterministic already)\n");
     return 2;
   }
+  if (o.dtype != "f32" && !o.hash) {
+    std::fprintf(stderr, "seed_embedding: --dtype %s takes the hash init (--init randn is for f32)\n", o.dtype.c_str());
+    return 2;
+  }
   gx::set_num_threads(int(o.threads));
+  if (o.dtype != "f32") std::printf("seed_embedding: %s tables (%s)\n", o.dtype.c_str(), gx::half_isa());
   std::printf("seed_embedding: %s, %s-major tables, Ea %ld x %ld, Eb %ld x %ld, k = %ld, "
               "n = %ld, loss %s%s, %ld thread(s)\n",
               gx::simd::isa(), o.row ? "row" : "column", o.row ? o.na : o.d, o.row ? o.d : o.na, o.row ? o.nb : o.d,
               o.row ? o.d : o.nb, o.k, o.n, o.square ? "square" : "sum", o.batched ? ", batched" : "",
               o.threads);
   try {
-    if (o.d == 64) {
-      return o.row ? run<gx::row_major, gx::fix_t<64>>(o) : run<gx::col_major, gx::fix_t<64>>(o);
-    }
-    return o.row ? run<gx::row_major, gx::index_t>(o) : run<gx::col_major, gx::index_t>(o);
+    auto with = [&]<class Elem>() {
+      if (o.d == 64) {
+        return o.row ? run<gx::row_major, gx::fix_t<64>, Elem>(o) : run<gx::col_major, gx::fix_t<64>, Elem>(o);
+      }
+      return o.row ? run<gx::row_major, gx::index_t, Elem>(o) : run<gx::col_major, gx::index_t, Elem>(o);
+    };
+    if (o.dtype == "bf16") return with.template operator()<gx::bfloat16>();
+    if (o.dtype == "f16") return with.template operator()<gx::half>();
+    return with.template operator()<float>();
   } catch (gx::error const& e) {
     std::fprintf(stderr, "seed_embedding: %s\n", e.what());
     return 1;

@@ -20,6 +20,7 @@ struct options {
   bool row = false, square = false, batched = false, check = false, random_idx = false;
   bool hash = true, cuda = false, deterministic = false;
   long n = 100, reps = 5, threads = 1, na = 1'000'000, nb = 65'535, k = 5000, d = 64, idx_mod = 0;
+  std::string dtype = "f32";  // the tables' element type: f32, bf16 or f16 (host only)
 };
 
 inline options parse(int argc, char** argv) {
@@ -49,6 +50,13 @@ inline options parse(int argc, char** argv) {
     else if (s == "--init") o.hash = next() == "hash";
     else if (s == "--check") o.check = true;
     else if (s == "--deterministic") o.deterministic = true;
+    else if (s == "--dtype") {
+      o.dtype = next();
+      if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16") {
+        std::fprintf(stderr, "seed_embedding: --dtype takes f32, bf16 or f16, not %s\n", o.dtype.c_str());
+        std::exit(2);
+      }
+    }
     else if (s == "--device") {
       std::string const v = next();
       if (v != "cpu" && v != "cuda") {

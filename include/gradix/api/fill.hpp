@@ -125,8 +125,9 @@ constexpr tensor<T, shape<dyn>> arange(index_t n) {
 }
 
 /// A tensor whose element at coordinate c is f(c) (c: a gradix::coord of the shape's rank;
-/// called once per element, in parallel for large tensors, so f must be thread-safe).
-template <element T, class Layout = row_major, class S, class F>
+/// called once per element, in parallel for large tensors, so f must be thread-safe). T may
+/// be a half-width storage type: f's value is rounded to it (to nearest, ties to even).
+template <storage_element T, class Layout = row_major, class S, class F>
   requires is_shape_v<S>
 tensor<T, S, Layout> generate(S s, F f) {
   tensor<T, S, Layout> t(s, detail::uninit);
