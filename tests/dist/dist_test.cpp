@@ -27,6 +27,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace dist_model;
@@ -85,6 +86,16 @@ struct reference {
     w_grads.push_back(gw);
   }
 };
+
+// Step s's ids of table E on this rank (its blocks' samples) and each block's start in them.
+std::pair<std::vector<std::int64_t>, std::vector<index_t>> rank_ids(dist::block_split const& split, int s) {
+  batch const B = make_batch(s, kBatch, kRows);
+  std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
+  std::vector<index_t> offsets;
+  for (index_t j = split.first_block(); j <= split.end_block(); ++j)
+    offsets.push_back(split.block_begin(j) - split.first_sample());
+  return {std::move(a), std::move(offsets)};
+}
 
 bool same_bits(float const* a, float const* b, index_t n) { return std::memcmp(a, b, std::size_t(n) * sizeof(float)) == 0; }
 
@@ -174,11 +185,7 @@ TEST_CASE("dist: ownership covers every row once") {
 TEST_CASE("dist: traffic counts touched rows, not the table's size") {
   dist::communicator world;
   dist::block_split split(world, kBatch, kBlock);
-  batch const B = make_batch(0, kBatch, kRows);
-  std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
-  std::vector<index_t> offsets;
-  for (index_t j = split.first_block(); j <= split.end_block(); ++j)
-    offsets.push_back(split.block_begin(j) - split.first_sample());
+  auto const [a, offsets] = rank_ids(split, 0);
   std::vector<std::uint64_t> sent;
   // (modulo placement: the owner of an id does not depend on the table's size)
   for (index_t rows : {index_t(kRows), index_t(2'000'000)}) {
@@ -224,11 +231,7 @@ TEST_CASE("dist: traffic counts touched rows, not the table's size") {
 TEST_CASE("dist: a bfloat16 table: rows travel as 16 bits, gradients as float, the float twin's bits") {
   dist::communicator world;
   dist::block_split split(world, kBatch, kBlock);
-  batch const B = make_batch(1, kBatch, kRows);
-  std::vector<std::int64_t> a(B.a.begin() + split.first_sample(), B.a.begin() + split.end_sample());
-  std::vector<index_t> offsets;
-  for (index_t j = split.first_block(); j <= split.end_block(); ++j)
-    offsets.push_back(split.block_begin(j) - split.first_sample());
+  auto const [a, offsets] = rank_ids(split, 1);
   auto init_b = [](index_t id, std::span<gx::bfloat16> row) {
     for (std::size_t x = 0; x < row.size(); ++x) row[x] = gx::bfloat16(0.01f * float(id) - 0.3f * float(x) + 0.123f);
   };

@@ -27,7 +27,6 @@ struct evaluator<tensor_view<T, S, L, Sp>> {
   using value_type = typename node_type::value_type;
   using storage_type = typename node_type::storage_type;
   static constexpr std::size_t rank = S::rank;
-  static constexpr bool widens = !std::is_same_v<value_type, storage_type>;
   storage_type const* data_;
   array<index_t, rank> strides_;
 
@@ -48,11 +47,9 @@ struct evaluator<tensor_view<T, S, L, Sp>> {
     if constexpr (Axis == invariant_axis) {
       return const_inner<value_type>{value_type(*p)};
     } else if constexpr (unit_stride_v<L, rank, std::size_t(Axis)>) {
-      if constexpr (widens) return widen_unit_inner<storage_type>{p};
-      else return unit_inner<value_type>{p};
+      return unit_inner<value_type, storage_type>{p};
     } else {
-      if constexpr (widens) return widen_strided_inner<storage_type>{p, strides_[Axis]};
-      else return strided_inner<value_type>{p, strides_[Axis]};
+      return strided_inner<value_type, storage_type>{p, strides_[Axis]};
     }
   }
 };

@@ -18,62 +18,34 @@ namespace gradix::ev {
 /// on" (a broadcast axis): the inner evaluator is constant.
 inline constexpr int invariant_axis = -1;
 
-/// Contiguous memory.
-template <class T>
+/// Contiguous memory of S read as T: S is T, or a half-width storage type (gx::bfloat16,
+/// gx::half) read as float (widened, in packs by simd::widen).
+template <class T, class S = T>
 struct unit_inner {
   using value_type = T;
-  T const* p_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return p_[i]; }
+  S const* p_;
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return T(p_[i]); }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    return simd::load<T, W>(p_ + i);
+    if constexpr (std::is_same_v<S, T>) return simd::load<T, W>(p_ + i);
+    else return simd::widen<S, W>(p_ + i);
   }
 #endif
 };
 
-/// Contiguous half-width storage (gx::bfloat16, gx::half), read as float.
-template <class H>
-struct widen_unit_inner {
-  using value_type = float;
-  H const* p_;
-  GRADIX_HOST_DEVICE constexpr float elem(index_t i) const { return float(p_[i]); }
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<float, W> pack(index_t i) const {
-    return simd::widen<H, W>(p_ + i);
-  }
-#endif
-};
-/// Half-width storage with a run-time stride, read as float.
-template <class H>
-struct widen_strided_inner {
-  using value_type = float;
-  H const* p_;
-  index_t stride_;
-  GRADIX_HOST_DEVICE constexpr float elem(index_t i) const { return float(p_[i * stride_]); }
-#if defined(GRADIX_HAS_VECTOR_EXT)
-  template <int W>
-  GRADIX_ALWAYS_INLINE simd::pack<float, W> pack(index_t i) const {
-    simd::pack<float, W> r{};
-    for (int w = 0; w < W; ++w) r[w] = float(p_[(i + w) * stride_]);
-    return r;
-  }
-#endif
-};
-
-/// Memory with a run-time stride.
-template <class T>
+/// Memory with a run-time stride, of S read as T (as unit_inner).
+template <class T, class S = T>
 struct strided_inner {
   using value_type = T;
-  T const* p_;
+  S const* p_;
   index_t stride_;
-  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return p_[i * stride_]; }
+  GRADIX_HOST_DEVICE constexpr T elem(index_t i) const { return T(p_[i * stride_]); }
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
     simd::pack<T, W> r{};
-    for (int w = 0; w < W; ++w) r[w] = p_[(i + w) * stride_];
+    for (int w = 0; w < W; ++w) r[w] = T(p_[(i + w) * stride_]);
     return r;
   }
 #endif
