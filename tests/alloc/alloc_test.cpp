@@ -405,7 +405,8 @@ void run_saved(char const* label, int threads, gx::index_t m, gx::index_t n) {
 }
 
 /// Optimizers (gradix/optim.hpp): their state is allocated when they are made; a step and a
-/// zero_grad allocate nothing (dense and sparse gradients; lazy Adam's per-slice steps).
+/// zero_grad allocate nothing (dense and sparse gradients; lazy Adam's per-slice steps), nor
+/// does a warm backward with a fused step.
 /// The cross-entropy backward that produced the gradient is warm too.
 void run_optim(int threads) {
   std::printf("-- optimizers: %d thread(s)\n", threads);
@@ -423,6 +424,7 @@ void run_optim(int threads) {
   gx::optim::adagrad ada({}, W, E);
   gx::optim::adam adam({}, W, E);
   gx::optim::lazy_adam lazy({}, W, E);
+  gx::optim::rowwise_adagrad rowwise({}, W, E);
   new_epoch();
   float v = 0;
   auto round = [&] {
@@ -431,6 +433,7 @@ void run_optim(int threads) {
     ada.step();
     adam.step();
     lazy.step();
+    rowwise.step();
     sgd.zero_grad();
   };
   round();  // cold: the workspaces and slots grow
@@ -454,6 +457,14 @@ void run_optim(int threads) {
   expect("adam step: none", k, 0);
   k = window([&] { lazy.step(); });
   expect("lazy_adam step: none", k, 0);
+  k = window([&] { rowwise.step(); });
+  expect("rowwise_adagrad step: none", k, 0);
+  // a backward with the step fused: the optimizer's call buffers are made by the first call
+  // and kept (training/fused.hpp)
+  v = gx::backward(loss(), gx::optim::fused(ada));  // cold
+  k = window([&] { v = gx::backward(loss(), gx::optim::fused(ada)); });
+  escape(&v);
+  expect("warm backward with a fused adagrad step: none", k, 0);
   k = window([&] { sgd.zero_grad(); });
   expect("zero_grad: none", k, 0);
 }

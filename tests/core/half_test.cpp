@@ -213,3 +213,28 @@ TEST_CASE("half-width tensors: assigning rounds each element, expressions read f
   b2 = b.view();
   CHECK(b2(3, 4).bits() == b(3, 4).bits());
 }
+
+TEST_CASE_TEMPLATE("half-width tensors: randn and uniform are the float fills rounded", H, gx::bfloat16, gx::half) {
+  auto const s = gx::dims(33, 17);
+  auto const rn = gx::randn<H, gx::col_major>(s, 5, 0.5f, 2.0f);
+  auto const rf = gx::randn<float, gx::col_major>(s, 5, 0.5f, 2.0f);
+  for (gx::index_t i = 0; i < 33; ++i)
+    for (gx::index_t j = 0; j < 17; ++j) REQUIRE(rn(i, j).bits() == H(rf(i, j)).bits());
+  // [lo, hi) holds after rounding; elsewhere the float fill's value rounded
+  auto const un = gx::uniform<H>(s, 9, -1.0f, 1.0f);
+  auto const uf = gx::uniform<float>(s, 9, -1.0f, 1.0f);
+  for (gx::index_t i = 0; i < 33; ++i)
+    for (gx::index_t j = 0; j < 17; ++j) {
+      float const v = float(un(i, j));
+      REQUIRE(v >= -1.0f);
+      REQUIRE(v < 1.0f);
+      if (float(H(uf(i, j))) < 1.0f) REQUIRE(un(i, j).bits() == H(uf(i, j)).bits());
+      else REQUIRE(un(i, j).bits() == H(-1.0f).bits());
+    }
+  // an interval so narrow that values round to hi: they become lo
+  auto const narrow = gx::uniform<H>(gx::dims(64), 3, 1.0f, 1.0009765625f);
+  for (gx::index_t k = 0; k < 64; ++k) {
+    REQUIRE(float(narrow(k)) >= 1.0f);
+    REQUIRE(float(narrow(k)) < 1.0009765625f);
+  }
+}

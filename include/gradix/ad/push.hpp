@@ -48,11 +48,14 @@
 
 namespace gradix::detail {
 /// The gradient targets of a grad() call running on this thread (api/backward.hpp): a
-/// parameter's storage from[k] is written as to[k]; any other parameter is not written.
+/// parameter's storage from[k] is written as to[k]; any other parameter is not written
+/// (grad()), or written as usual when keep_others (a backward with a fused optimizer step,
+/// training/fused.hpp: only the optimizer's parameters are redirected).
 struct grad_redirect {
   void const* const* from;
   void* const* to;
   std::size_t n;
+  bool keep_others = false;
 };
 [[gnu::noinline]] inline grad_redirect const*& current_grad_redirect() {
   thread_local grad_redirect const* r = nullptr;
@@ -69,7 +72,7 @@ constexpr G* redirect_target(G* g) {
   if (!r) return g;
   for (std::size_t k = 0; k < r->n; ++k)
     if (r->from[k] == static_cast<void const*>(g)) return static_cast<G*>(r->to[k]);
-  return nullptr;
+  return r->keep_others ? g : nullptr;
 }
 }  // namespace gradix::detail
 

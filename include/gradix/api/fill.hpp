@@ -9,6 +9,7 @@
 #include "gradix/backend/host/assign.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/core/half.hpp"
 #include "gradix/core/math.hpp"
 #include "gradix/core/rng.hpp"
 #include "gradix/core/shape.hpp"
@@ -148,26 +149,41 @@ tensor<T, S, Layout> generate(S s, F f) {
   return t;
 }
 
-/// Standard normal values (times stddev, plus mean) from `seed`.
-template <element T, class Layout = row_major, class S>
+/// Standard normal values (times stddev, plus mean) from `seed`. T may be a half-width
+/// storage type: each element is then the float fill's value (the same seed) rounded to nearest,
+/// ties to even, with no float tensor made.
+template <storage_element T, class Layout = row_major, class S>
   requires is_shape_v<S>
-constexpr tensor<T, S, Layout> randn(S s, std::uint64_t seed, T mean = T(0), T stddev = T(1)) {
-  static_assert(std::is_floating_point_v<T>, "gradix::randn: the element type must be floating point");
+constexpr tensor<T, S, Layout> randn(S s, std::uint64_t seed, compute_type_t<T> mean = 0,
+                                     compute_type_t<T> stddev = 1) {
+  using C = compute_type_t<T>;
+  static_assert(std::is_floating_point_v<C>,
+                "gradix::randn: the element type must be floating point (or gx::bfloat16, gx::half)");
   tensor<T, S, Layout> t(s, detail::uninit);
   detail::fill_logical(t, [=](index_t k) {
-    return T(double(mean) + double(stddev) * rng::normal(seed, std::uint64_t(k)));
+    return T(C(double(mean) + double(stddev) * rng::normal(seed, std::uint64_t(k))));
   });
   return t;
 }
-/// Uniform values in [lo, hi) from `seed`.
-template <element T, class Layout = row_major, class S>
+/// Uniform values in [lo, hi) from `seed`. T may be a half-width storage type: each element
+/// is then the float fill's value rounded to nearest, ties to even, and one that rounds to hi
+/// or above is lo rounded.
+template <storage_element T, class Layout = row_major, class S>
   requires is_shape_v<S>
-constexpr tensor<T, S, Layout> uniform(S s, std::uint64_t seed, T lo = T(0), T hi = T(1)) {
-  static_assert(std::is_floating_point_v<T>, "gradix::uniform: the element type must be floating point");
+constexpr tensor<T, S, Layout> uniform(S s, std::uint64_t seed, compute_type_t<T> lo = 0, compute_type_t<T> hi = 1) {
+  using C = compute_type_t<T>;
+  static_assert(std::is_floating_point_v<C>,
+                "gradix::uniform: the element type must be floating point (or gx::bfloat16, gx::half)");
   tensor<T, S, Layout> t(s, detail::uninit);
   detail::fill_logical(t, [=](index_t k) {
-    T v = T(double(lo) + (double(hi) - double(lo)) * rng::uniform01(seed, std::uint64_t(k)));
-    return v < hi ? v : lo;  // rounding to T must not reach hi
+    C v = C(double(lo) + (double(hi) - double(lo)) * rng::uniform01(seed, std::uint64_t(k)));
+    v = v < hi ? v : lo;  // rounding to C must not reach hi
+    if constexpr (is_half_width_v<T>) {
+      T const h(v);
+      return C(h) < hi ? h : T(lo);
+    } else {
+      return v;
+    }
   });
   return t;
 }

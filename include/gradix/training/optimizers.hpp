@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Optimizers (gx::optim): `sgd`, `adagrad`, `adam`, `adamw`, `lazy_adam` (global-norm
-/// gradient clipping, `clip_grad_norm`, is in training/clip.hpp).
+/// Optimizers (gx::optim): `sgd`, `adagrad`, `rowwise_adagrad`, `adam`, `adamw`, `lazy_adam`
+/// (global-norm gradient clipping, `clip_grad_norm`, is in training/clip.hpp; a backward with
+/// the step fused, `gx::backward(e, optim::fused(opt))`, in training/fused.hpp).
 ///
 /// The optimizers keep their state (momentum, moments, accumulators) in tensors of each
 /// parameter's shape and layout, allocated when the optimizer is made: a step allocates
@@ -34,18 +35,18 @@
 #include "gradix/core/rng.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
+#include "gradix/exec/run.hpp"
 #include "gradix/training/device_steps.hpp"
+#include "gradix/training/optim_base.hpp"
 #include "gradix/training/slices.hpp"
-
-#if defined(GRADIX_HAS_VECTOR_EXT) && (defined(__SSE2__) || defined(__AVX__))
-#include <immintrin.h>
-#endif
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -56,160 +57,6 @@
 namespace gradix {
 
 namespace optim {
-
-namespace detail {
-/// A parameter's state tensor (its shape and layout): a host tensor, or a device tensor on
-/// the parameter's launcher for a device parameter (training/device_steps.hpp).
-template <class P, bool Device = device::is_device_param_v<P>>
-struct value_tensor {
-  using type = tensor<compute_type_t<typename P::value_type>, typename P::shape_type, typename P::layout_type>;
-};
-template <class P>
-struct value_tensor<P, true> {
-  using type = grid::device_tensor<typename P::value_type, typename P::shape_type, typename P::launcher_type,
-                                   typename P::layout_type>;
-};
-template <class P>
-using value_tensor_t = typename value_tensor<P>::type;
-/// Per-slice state (SGD's first-step flags, lazy Adam's last steps): a std::vector, or a
-/// device array for a device parameter.
-template <class P, class E, bool Device = device::is_device_param_v<P>>
-struct slice_state {
-  using type = std::vector<E>;
-};
-template <class P, class E>
-struct slice_state<P, E, true> {
-  using type = grid::device_tensor<E, shape<dyn>, typename P::launcher_type>;
-};
-template <class P, class E>
-using slice_state_t = typename slice_state<P, E>::type;
-/// A zeroed state tensor of parameter q (each element v).
-template <class Q>
-value_tensor_t<Q> state_of(Q& q, compute_type_t<typename Q::value_type> v = 0) {
-  if constexpr (device::is_device_param_v<Q>) {
-    return device::state_like(q, v);
-  } else {
-    value_tensor_t<Q> t(q.value().shape());
-    if (v != 0)
-      for (index_t k = 0; k < t.size(); ++k) t.data()[k] = v;
-    return t;
-  }
-}
-/// Per-slice state of q, each slice's value v.
-template <class E, class Q>
-slice_state_t<Q, E> slices_of(Q& q, E v) {
-  if constexpr (device::is_device_param_v<Q>) return device::filled<E>(q.launcher(), device::slice_total(q), v);
-  else return std::vector<E>(std::size_t(gradix::detail::slice_count(q)), v);
-}
-
-/// Reads and writes a host parameter's values in its compute type: a half-width value
-/// (bfloat16, half) is widened on read and rounded on write, once per element and step, to
-/// nearest (ties to even) or stochastically (the parameter's rounding(); core/half.hpp).
-template <class Q>
-struct values {
-  using S = typename Q::value_type;
-  using T = compute_type_t<S>;
-  static constexpr bool narrow = is_half_width_v<S>;
-  S* w_;
-  bool stochastic_ = false;
-  std::uint64_t key_ = 0;
-  explicit values(Q& p) : w_(p.value().data()) {
-    if constexpr (narrow) {
-      stochastic_ = p.rounding().stochastic;
-      if (stochastic_) key_ = p.next_rounding_key();
-    }
-  }
-  T get(index_t off) const { return T(w_[off]); }
-  void put(index_t off, T v) const {
-    if constexpr (narrow) {
-      if (stochastic_) w_[off] = round_stochastic<S>(v, std::uint32_t(rng::bits(key_, std::uint64_t(off))));
-      else w_[off] = S(v);
-    } else {
-      w_[off] = v;
-    }
-  }
-};
-
-/// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the
-/// names of an optimizer's state in a checkpoint: "m.0", "m.1", ...).
-template <class Tuple, class F>
-void visit_indexed(char const* name, Tuple& t, F& f) {
-  [&]<std::size_t... K>(std::index_sequence<K...>) {
-    (f(std::string(name) + "." + std::to_string(K), std::get<K>(t)), ...);
-  }(std::make_index_sequence<std::tuple_size_v<Tuple>>{});
-}
-
-/// The slices a step visits: the touched ones, or every slice of a dense storage when
-/// `all_dense` (the update changes untouched elements too); f(id) per slice.
-template <class P, class F>
-void visit_slices(P& p, bool all_dense, F&& f) {
-  using G = gradix::detail::param_storage_t<P>;
-  if (all_dense && !G::sparse) {
-    index_t const n = gradix::detail::slice_count(p);
-    for (index_t id = 0; id < n; ++id) f(id);
-  } else {
-    for_each_grad_slice(p, f);
-  }
-}
-/// f(offset, grad pointer) for every element of the slices visit_slices visits.
-template <class P, class F>
-void visit(P& p, bool all_dense, F&& f) {
-  visit_slices(p, all_dense, [&](index_t id) { gradix::detail::slice_elements(p, id, f); });
-}
-#if defined(GRADIX_HAS_VECTOR_EXT)
-/// sqrt of each lane (one instruction on x86; lane by lane elsewhere).
-template <class T, int W>
-GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_sqrt(simd::pack<T, W> x) {
-  constexpr std::size_t bytes = sizeof(T) * std::size_t(W);
-  auto via = [&](auto r, auto f) {
-    std::memcpy(&r, &x, bytes);
-    r = f(r);
-    simd::pack<T, W> out;
-    std::memcpy(&out, &r, bytes);
-    return out;
-  };
-#if defined(__AVX512F__)
-  // (g++ 12 flags the intrinsics' own undefined-value placeholder)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-  if constexpr (bytes == 64 && std::is_same_v<T, float>) return via(__m512{}, [](__m512 a) { return _mm512_sqrt_ps(a); });
-  if constexpr (bytes == 64 && std::is_same_v<T, double>) return via(__m512d{}, [](__m512d a) { return _mm512_sqrt_pd(a); });
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
-#if defined(__AVX__)
-  if constexpr (bytes == 32 && std::is_same_v<T, float>) return via(__m256{}, [](__m256 a) { return _mm256_sqrt_ps(a); });
-  if constexpr (bytes == 32 && std::is_same_v<T, double>) return via(__m256d{}, [](__m256d a) { return _mm256_sqrt_pd(a); });
-#endif
-#if defined(__SSE2__)
-  if constexpr (bytes == 16 && std::is_same_v<T, float>) return via(__m128{}, [](__m128 a) { return _mm_sqrt_ps(a); });
-  if constexpr (bytes == 16 && std::is_same_v<T, double>) return via(__m128d{}, [](__m128d a) { return _mm_sqrt_pd(a); });
-#endif
-  for (int l = 0; l < W; ++l) x[l] = T(std::sqrt(x[l]));
-  return x;
-}
-#endif
-template <class Tuple, class F>
-void each(Tuple& t, F&& f) {
-  std::apply([&](auto&... x) { (f(x), ...); }, t);
-}
-/// An option's value for a message: shortest %g form ("0.9", "1", "-1e-08").
-inline std::string num(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", x);
-  return b;
-}
-inline void check_lr(char const* op, double lr) {
-  if (!(lr >= 0) || !std::isfinite(lr))
-    gradix::detail::fail(op, ": the learning rate ", num(lr), " must be finite and >= 0");
-}
-inline void check_beta(char const* op, char const* name, double b) {
-  if (!(b >= 0 && b < 1)) gradix::detail::fail(op, ": ", name, " = ", num(b), " must be in [0, 1)");
-}
-}  // namespace detail
 
 struct sgd_options {
   double lr = 1e-2;
@@ -223,7 +70,7 @@ struct sgd_options {
 /// (1 - dampening) * g (b = g on a slice's first step), then g = b, or g + momentum * b with
 /// Nesterov; w -= lr * g.
 template <class... P>
-class sgd {
+class sgd : private detail::fused_buffers<P...> {
  public:
   explicit sgd(sgd_options o, P&... p) : o_(o), p_(&p...), buf_(make_buf(p)...), first_(make_first(p)...) {
     detail::check_lr("gradix::optim::sgd", o.lr);
@@ -233,8 +80,12 @@ class sgd {
   }
   sgd_options& options() { return o_; }
   void step() {
-    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(buf_), std::get<K>(first_)), ...); }(
-        std::index_sequence_for<P...>{});
+    std::apply([&](auto*... p) { step_on(*p...); }, p_);
+  }
+  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  template <class Run>
+  auto fused_step(Run&& backward) {
+    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
   }
   /// f(name, object&) for each piece of state a checkpoint keeps (gradix/checkpoint.hpp):
   /// the options, and per parameter K the momentum buffer "buf.K" (made here when momentum
@@ -258,6 +109,11 @@ class sgd {
   }
 
  private:
+  template <class... Q>
+  void step_on(Q&... q) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(buf_), std::get<K>(first_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
   // the momentum buffer, only with momentum (a static shape's empty tensor would be full size)
   template <class Q>
   std::optional<detail::value_tensor_t<Q>> make_buf(Q& q) {
@@ -354,7 +210,7 @@ struct adagrad_options {
 
 /// Adagrad: g += weight_decay * w; s += g^2; w -= lr * g / (sqrt(s) + eps).
 template <class... P>
-class adagrad {
+class adagrad : private detail::fused_buffers<P...> {
  public:
   explicit adagrad(adagrad_options o, P&... p) : o_(o), p_(&p...), sum_(make_sum(p)...) {
     detail::check_lr("gradix::optim::adagrad", o.lr);
@@ -372,14 +228,23 @@ class adagrad {
     detail::visit_indexed("sum", sum_, f);
   }
   void step() {
-    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(*std::get<K>(p_), std::get<K>(sum_)), ...); }(
-        std::index_sequence_for<P...>{});
+    std::apply([&](auto*... p) { step_on(*p...); }, p_);
+  }
+  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  template <class Run>
+  auto fused_step(Run&& backward) {
+    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
   }
   void zero_grad() {
     detail::each(p_, [](auto* p) { p->grad().zero(); });
   }
 
  private:
+  template <class... Q>
+  void step_on(Q&... q) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(sum_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
   template <class Q>
   detail::value_tensor_t<Q> make_sum(Q& q) {
     return detail::state_of(q, compute_type_t<typename Q::value_type>(o_.initial_accumulator));
@@ -394,12 +259,38 @@ class adagrad {
       device::visit<1>(p, device::adagrad_update<T>{w, s, lr, wd, eps});
     } else {
       detail::values<Q> const val(p);
-      detail::visit(p, o_.weight_decay != 0, [&](index_t off, T const* gp) {
+      auto element = [&](index_t off, T const* gp) {
         T g = gp ? *gp : T(0);
         T const wv = val.get(off);
         if (wd != 0) g += wd * wv;
         s[off] += g * g;
         val.put(off, wv - lr * g / (T(std::sqrt(s[off])) + eps));
+      };
+      detail::visit_slices(p, o_.weight_decay != 0, [&](index_t id) {
+        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
+          index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+          // SIMD packs of the element's operations, in the same order: the same bits
+          if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+            if (g) {
+              constexpr int W = simd::width<T>;
+              using X = simd::pack<T, W>;
+              X const lv = simd::splat<T, W>(lr), wdv = simd::splat<T, W>(wd), ev = simd::splat<T, W>(eps);
+              T* const wr = w + off;
+              T* const sr = s + off;
+              for (; e + W <= n; e += W) {
+                X gg = simd::load<T, W>(g + e);
+                X const ww = simd::load<T, W>(wr + e);
+                if (wd != 0) gg += wdv * ww;
+                X const ss = simd::load<T, W>(sr + e) + gg * gg;
+                simd::store<T, W>(sr + e, ss);
+                simd::store<T, W>(wr + e, X(ww - lv * gg / (detail::pack_sqrt<T, W>(ss) + ev)));
+              }
+            }
+          }
+#endif
+          for (; e < n; ++e) element(off + e, g ? g + e : nullptr);
+        });
       });
     }
   }
@@ -409,6 +300,133 @@ class adagrad {
 };
 template <class... P>
 adagrad(adagrad_options, P&...) -> adagrad<P...>;
+
+struct rowwise_adagrad_options {
+  double lr = 1e-2;
+  double eps = 1e-10;
+  double weight_decay = 0;
+  double initial_accumulator = 0;
+};
+
+/// Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD): one accumulator per slice of the
+/// parameter's gradient axis (a row of an embedding table) instead of one per element. Per
+/// visited slice: g += weight_decay * w; s += (sum over the slice of g^2) / (elements in the
+/// slice); w -= (lr / (sqrt(s) + eps)) * g. The sum is taken in a fixed order (SIMD lanes, then
+/// lane by lane, then the tail): the same bits at any thread count. Visits the touched
+/// slices, or every slice of a dense storage when weight_decay != 0. Host parameters only.
+template <class... P>
+class rowwise_adagrad : private detail::fused_buffers<P...> {
+  static_assert(!(device::is_device_param_v<P> || ...),
+                "gradix::optim::rowwise_adagrad: host parameters only (device parameters: adagrad)");
+
+ public:
+  explicit rowwise_adagrad(rowwise_adagrad_options o, P&... p)
+      : o_(o), p_(&p...),
+        sum_(std::vector<compute_type_t<typename P::value_type>>(
+            std::size_t(gradix::detail::slice_count(p)), compute_type_t<typename P::value_type>(o.initial_accumulator))...) {
+    detail::check_lr("gradix::optim::rowwise_adagrad", o.lr);
+    if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::rowwise_adagrad: eps ", detail::num(o.eps), " must be > 0");
+  }
+  rowwise_adagrad_options& options() { return o_; }
+  /// f(name, object&) for each piece of state a checkpoint keeps: the options and the
+  /// per-slice accumulators "sum.K".
+  template <class F>
+  void visit_state(F&& f) {
+    f(std::string("lr"), o_.lr);
+    f(std::string("eps"), o_.eps);
+    f(std::string("weight_decay"), o_.weight_decay);
+    f(std::string("initial_accumulator"), o_.initial_accumulator);
+    detail::visit_indexed("sum", sum_, f);
+  }
+  void step() {
+    std::apply([&](auto*... p) { step_on(*p...); }, p_);
+  }
+  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  template <class Run>
+  auto fused_step(Run&& backward) {
+    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
+  }
+  void zero_grad() {
+    detail::each(p_, [](auto* p) { p->grad().zero(); });
+  }
+
+ private:
+  template <class... Q>
+  void step_on(Q&... q) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(sum_)), ...); }(
+        std::index_sequence_for<P...>{});
+  }
+  template <class Q>
+  void one(Q& p, std::vector<compute_type_t<typename Q::value_type>>& sum) {
+    using T = compute_type_t<typename Q::value_type>;
+    T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
+    detail::values<Q> const val(p);
+    [[maybe_unused]] auto* const w = p.value().data();
+    detail::visit_slices(p, o_.weight_decay != 0, [&](index_t id) {
+      // the sum of g^2 over the slice: SIMD lanes summed in lane order, then the tail
+      T ss = 0;
+      index_t n = 0;
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+        index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+          constexpr int W = simd::width<T>;
+          using X = simd::pack<T, W>;
+          if (g && len >= W) {
+            X const wdv = simd::splat<T, W>(wd);
+            X acc{};
+            for (; e + W <= len; e += W) {
+              X gg = simd::load<T, W>(g + e);
+              if (wd != 0) gg += wdv * simd::load<T, W>(w + off + e);
+              acc += gg * gg;
+            }
+            for (int l = 0; l < W; ++l) ss += acc[l];
+          }
+        }
+#endif
+        for (; e < len; ++e) {
+          T gv = g ? g[e] : T(0);
+          if (wd != 0) gv += wd * val.get(off + e);
+          ss += gv * gv;
+        }
+        n += len;
+      });
+      if (n == 0) return;
+      T& s = sum[std::size_t(id)];
+      s += ss / T(n);
+      T const mult = lr / (T(std::sqrt(s)) + eps);
+      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
+        index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+        if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+          constexpr int W = simd::width<T>;
+          using X = simd::pack<T, W>;
+          if (g) {
+            X const wdv = simd::splat<T, W>(wd), mv = simd::splat<T, W>(mult);
+            for (; e + W <= len; e += W) {
+              X gg = simd::load<T, W>(g + e);
+              X const ww = simd::load<T, W>(w + off + e);
+              if (wd != 0) gg += wdv * ww;
+              simd::store<T, W>(w + off + e, X(ww - mv * gg));
+            }
+          }
+        }
+#endif
+        for (; e < len; ++e) {
+          T gv = g ? g[e] : T(0);
+          T const wv = val.get(off + e);
+          if (wd != 0) gv += wd * wv;
+          val.put(off + e, wv - mult * gv);
+        }
+      });
+    });
+  }
+  rowwise_adagrad_options o_;
+  std::tuple<P*...> p_;
+  std::tuple<std::vector<compute_type_t<typename P::value_type>>...> sum_;
+};
+template <class... P>
+rowwise_adagrad(rowwise_adagrad_options, P&...) -> rowwise_adagrad<P...>;
 
 struct adam_options {
   double lr = 1e-3;
@@ -527,19 +545,28 @@ class adam_base {
 /// Adam (AdamW with `decoupled`), the dense algorithm: every element of every parameter is
 /// updated each step (an element without gradient has g = 0).
 template <class... P>
-class adam : public detail::adam_base<P...> {
+class adam : public detail::adam_base<P...>, private detail::fused_buffers<P...> {
   using base = detail::adam_base<P...>;
 
  public:
   explicit adam(adam_options o, P&... p) : base(o, "gradix::optim::adam", p...) {}
   void step() {
-    ++this->t_;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_)), ...);
-    }(std::index_sequence_for<P...>{});
+    std::apply([&](auto*... p) { step_on(*p...); }, this->p_);
+  }
+  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  template <class Run>
+  auto fused_step(Run&& backward) {
+    return this->run_fused(this->p_, backward, [&](auto&... q) { step_on(q...); });
   }
 
  private:
+  template <class... Q>
+  void step_on(Q&... q) {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(q, std::get<K>(this->m_), std::get<K>(this->v_)), ...);
+    }(std::index_sequence_for<P...>{});
+  }
   template <class Q>
   void one(Q& p, detail::value_tensor_t<Q>& mt, detail::value_tensor_t<Q>& vt) {
     using T = compute_type_t<typename Q::value_type>;
@@ -590,17 +617,19 @@ adamw(adam_options, P&...) -> adamw<P...>;
 /// Lazy Adam: only the touched slices are updated (see the file's comment): the step cost
 /// follows the gradient's size, not the table's.
 template <class... P>
-class lazy_adam : public detail::adam_base<P...> {
+class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<P...> {
   using base = detail::adam_base<P...>;
 
  public:
   explicit lazy_adam(adam_options o, P&... p)
       : base(o, "gradix::optim::lazy_adam", p...), last_(detail::slices_of<std::int64_t>(p, 0)...) {}
   void step() {
-    ++this->t_;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (one(*std::get<K>(this->p_), std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
-    }(std::index_sequence_for<P...>{});
+    std::apply([&](auto*... p) { step_on(*p...); }, this->p_);
+  }
+  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  template <class Run>
+  auto fused_step(Run&& backward) {
+    return this->run_fused(this->p_, backward, [&](auto&... q) { step_on(q...); });
   }
   /// adam's state and the step at which each slice was last updated ("last.K").
   template <class F>
@@ -642,6 +671,13 @@ class lazy_adam : public detail::adam_base<P...> {
         });
       });
     }
+  }
+  template <class... Q>
+  void step_on(Q&... q) {
+    ++this->t_;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (one(q, std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
+    }(std::index_sequence_for<P...>{});
   }
   std::tuple<detail::slice_state_t<P, std::int64_t>...> last_;
 };
