@@ -149,7 +149,8 @@ class checkpoint {
  public:
   explicit checkpoint(communicator& c) : c_(&c) {}
 
-  /// A sharded table's rows, as `name`.
+  /// A sharded table's rows, as `name` (and a bfloat16 / half table's rounding counter, as
+  /// `name.rounded_updates`, docs/checkpoint.md).
   template <class T>
   checkpoint& add_table(std::string const& name, sharded_table<T>& t) {
     check_name(name);
@@ -164,6 +165,12 @@ class checkpoint {
     e.address = &t;
     e.fields.push_back(gradix::detail::ckpt::tensor_field(name, t.local().value()));
     tables_.push_back(std::move(e));
+    // a half-width table's stochastic-rounding counter (the same on every rank: each rank's
+    // local() takes one rounded update per step), so that a resumed run draws the bits the
+    // uninterrupted one would (at the same rank count: the bits of element k are keyed by its
+    // offset in the rank's local rows)
+    if constexpr (is_half_width_v<T>)
+      replicated_.push_back(gradix::detail::ckpt::rounding_field(name + ".rounded_updates", t.local()));
     return *this;
   }
 
