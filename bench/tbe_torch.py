@@ -94,6 +94,7 @@ TDT = {"f32": torch.float32, "f16": torch.float16}
 
 
 def make_tbe(rows, dim, optim, dtype, lr=0.01, eps=1e-8, stochastic=True):
+    # doc-snippet: tbe_call
     emb = SplitTableBatchedEmbeddingBagsCodegen(
         embedding_specs=[(r, dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in rows],
         optimizer=optim,
@@ -106,6 +107,7 @@ def make_tbe(rows, dim, optim, dtype, lr=0.01, eps=1e-8, stochastic=True):
         bounds_check_mode=(BoundsCheckMode.NONE if a.bounds_check == "none"
                            else BoundsCheckMode.WARNING),
     )
+    # end doc-snippet
     return emb
 
 
@@ -191,9 +193,11 @@ def run_case(name, optim, dtype):
         emb(idx, off)
 
     def step(idx, off):
+        # doc-snippet: tbe_step
         out = emb(idx, off)
         loss = out.sum() if v is None else (out @ v).sum()
-        loss.backward()
+        loss.backward()  # applies the optimizer to the weights in place
+        # end doc-snippet
 
     f_ms = median_ms(fwd, inputs)
     s_ms = median_ms(step, inputs)
