@@ -51,6 +51,21 @@ struct strided_inner {
 #endif
 };
 
+/// Hints the memory system to fetch elements [0, n) of an inner evaluator that reads
+/// contiguous memory (unit_inner; nothing for the other kinds): loops over rows at random
+/// positions (a bag's table rows) call it a few rows ahead, so that the rows' cache and TLB
+/// misses overlap. Host only; it changes no value.
+template <class Inner>
+GRADIX_ALWAYS_INLINE void prefetch_row([[maybe_unused]] Inner const& in, [[maybe_unused]] index_t n) {}
+template <class T, class S>
+GRADIX_ALWAYS_INLINE void prefetch_row([[maybe_unused]] unit_inner<T, S> const& in, [[maybe_unused]] index_t n) {
+#if defined(__GNUC__) && !defined(__CUDA_ARCH__)
+  char const* const p = reinterpret_cast<char const*>(in.p_);
+  std::size_t const bytes = std::size_t(n) * sizeof(S);
+  for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+#endif
+}
+
 /// A value that does not change along the loop axis.
 template <class T>
 struct const_inner {

@@ -35,7 +35,12 @@ constexpr void segment_values(N const& n, T* c) {
   constexpr std::size_t R = S::rank;
   index_t const nb = n.shape().extent(0), width = R == 2 ? n.shape().extent(1) : 1;
   ev::evaluator<std::remove_cvref_t<decltype(n.arg_)>> const ev(n.arg_);
+  index_t const len = n.arg_.shape().extent(0);
   auto bags = [&](index_t b0, index_t b1) {
+    // the operand's rows are read in order j = 0, 1, ...: at random table positions for an
+    // embedding_bag, so each row is asked for `ahead` rows before it is read
+    constexpr index_t ahead = 8;
+    index_t const stop = b1 < nb ? n.begin(b1) : len;
     for (index_t b = b0; b < b1; ++b) {
       T* const row = c + b * width;
       for (index_t d = 0; d < width; ++d) row[d] = T(0);
@@ -43,6 +48,8 @@ constexpr void segment_values(N const& n, T* c) {
         if constexpr (R == 1) {
           row[0] += T(ev(coord<1>{j}));
         } else {
+          if (!std::is_constant_evaluated() && j + ahead < stop)
+            ev::prefetch_row(ev.template outer<1>(coord<2>{j + ahead, 0}), width);
           auto const in = ev.template outer<1>(coord<2>{j, 0});
           index_t d = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
@@ -64,7 +71,6 @@ constexpr void segment_values(N const& n, T* c) {
   if (std::is_constant_evaluated()) {
     bags(0, nb);
   } else {
-    index_t const len = n.arg_.shape().extent(0);
     index_t const per_bag = nb > 0 ? (len / nb + 1) * width : 1;
     parallel_ranges(nb, bags, std::max<index_t>(1, parallel_min_elements / per_bag));
   }
