@@ -80,17 +80,20 @@ TEST_CASE_TEMPLATE("half-width parameters: gradients as the float twin's, update
   auto adagrad = [](auto& p) { return gx::optim::adagrad({.lr = 0.1}, p); };
   auto adam = [](auto& p) { return gx::optim::adam({.lr = 0.01}, p); };
   auto lazy_adam = [](auto& p) { return gx::optim::lazy_adam({.lr = 0.01}, p); };
+  auto rowwise = [](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1, .weight_decay = 1e-2}, p); };
   SUBCASE("sparse storage") {
     check_against_float_twin<H>(gx::sparse_grad<0>, sgd, 4);
     check_against_float_twin<H>(gx::sparse_grad<0>, sgd_momentum, 4);
     check_against_float_twin<H>(gx::sparse_grad<0>, adagrad, 4);
     check_against_float_twin<H>(gx::sparse_grad<0>, adam, 3);
     check_against_float_twin<H>(gx::sparse_grad<0>, lazy_adam, 4);
+    check_against_float_twin<H>(gx::sparse_grad<0>, rowwise, 4);
   }
   SUBCASE("dense storage") {
     check_against_float_twin<H>(gx::dense_grad<0>, sgd, 4);
     check_against_float_twin<H>(gx::dense_grad<0>, adagrad, 4);
     check_against_float_twin<H>(gx::dense_grad<0>, adam, 3);
+    check_against_float_twin<H>(gx::dense_grad<0>, rowwise, 4);
   }
 }
 

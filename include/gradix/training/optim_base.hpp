@@ -175,6 +175,21 @@ GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_sqrt(simd::pack<T, W> x) {
   return x;
 }
 #endif
+#if defined(GRADIX_HAS_VECTOR_EXT)
+/// W values of a parameter from p, widened when half-width (exact).
+template <int W, class S>
+GRADIX_ALWAYS_INLINE simd::pack<compute_type_t<S>, W> load_values(S const* p) {
+  if constexpr (is_half_width_v<S>) return simd::widen<S, W>(p);
+  else return simd::load<S, W>(p);
+}
+/// Stores W values of a parameter at p, rounded to nearest (ties to even) when half-width:
+/// the bits of rounding each element (values::put without stochastic rounding).
+template <int W, class S>
+GRADIX_ALWAYS_INLINE void store_values(S* p, simd::pack<compute_type_t<S>, W> const& v) {
+  if constexpr (is_half_width_v<S>) simd::narrow<S, W>(p, v);
+  else simd::store<S, W>(p, v);
+}
+#endif
 template <class Tuple, class F>
 void each(Tuple& t, F&& f) {
   std::apply([&](auto&... x) { (f(x), ...); }, t);

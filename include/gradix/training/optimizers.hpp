@@ -273,21 +273,23 @@ class adagrad : private detail::fused_buffers<P...> {
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
           index_t e = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-          // SIMD packs of the element's operations, in the same order: the same bits
-          if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
-            if (g) {
+          // SIMD packs of the element's operations, in the same order: the same bits (a
+          // half-width value widened and rounded to nearest in packs, as element by element;
+          // stochastic rounding element by element)
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            if (g && !val.stochastic_) {
               constexpr int W = simd::width<T>;
               using X = simd::pack<T, W>;
               X const lv = simd::splat<T, W>(lr), wdv = simd::splat<T, W>(wd), ev = simd::splat<T, W>(eps);
-              T* const wr = w + off;
+              auto* const wr = w + off;
               T* const sr = s + off;
               for (; e + W <= n; e += W) {
                 X gg = simd::load<T, W>(g + e);
-                X const ww = simd::load<T, W>(wr + e);
+                X const ww = detail::load_values<W>(wr + e);
                 if (wd != 0) gg += wdv * ww;
                 X const ss = simd::load<T, W>(sr + e) + gg * gg;
                 simd::store<T, W>(sr + e, ss);
-                simd::store<T, W>(wr + e, X(ww - lv * gg / (detail::pack_sqrt<T, W>(ss) + ev)));
+                detail::store_values<W>(wr + e, X(ww - lv * gg / (detail::pack_sqrt<T, W>(ss) + ev)));
               }
             }
           }
@@ -372,7 +374,7 @@ class rowwise_adagrad : private detail::fused_buffers<P...> {
       gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
         index_t e = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-        if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
           constexpr int W = simd::width<T>;
           using X = simd::pack<T, W>;
           if (g && len >= W) {
@@ -380,7 +382,7 @@ class rowwise_adagrad : private detail::fused_buffers<P...> {
             X acc{};
             for (; e + W <= len; e += W) {
               X gg = simd::load<T, W>(g + e);
-              if (wd != 0) gg += wdv * simd::load<T, W>(w + off + e);
+              if (wd != 0) gg += wdv * detail::load_values<W>(w + off + e);
               acc += gg * gg;
             }
             for (int l = 0; l < W; ++l) ss += acc[l];
@@ -401,16 +403,16 @@ class rowwise_adagrad : private detail::fused_buffers<P...> {
       gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
         index_t e = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
-        if constexpr (!detail::values<Q>::narrow && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
           constexpr int W = simd::width<T>;
           using X = simd::pack<T, W>;
-          if (g) {
+          if (g && !val.stochastic_) {
             X const wdv = simd::splat<T, W>(wd), mv = simd::splat<T, W>(mult);
             for (; e + W <= len; e += W) {
               X gg = simd::load<T, W>(g + e);
-              X const ww = simd::load<T, W>(w + off + e);
+              X const ww = detail::load_values<W>(w + off + e);
               if (wd != 0) gg += wdv * ww;
-              simd::store<T, W>(w + off + e, X(ww - mv * gg));
+              detail::store_values<W>(w + off + e, X(ww - mv * gg));
             }
           }
         }
