@@ -18,6 +18,7 @@
 
 #include "gradix/api/backward.hpp"
 #include "gradix/training/optimizers.hpp"
+#include "gradix/training/rowwise.hpp"
 
 #include <type_traits>
 
