@@ -13,6 +13,7 @@
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
+#include "gradix/ad/region.hpp"
 #include "gradix/backend/host/scratch.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/coords.hpp"
@@ -45,6 +46,9 @@ constexpr std::size_t round_up_64(std::size_t b) { return (b + 63) / 64 * 64; }
 /// Whether the kernel of Use has a row-by-row form (types only; the file comment).
 template <class Use>
 inline constexpr bool fused_rows_ok = [] {
+  if constexpr (!ad::is_plain_use<Use>::value) {
+    return false;
+  } else {
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
   if constexpr (G::rank != 2 || K::inner_axis < 0 || K::target_unit_axis < 0 ||
@@ -58,6 +62,7 @@ inline constexpr bool fused_rows_ok = [] {
       constexpr std::uint64_t outer = ad::detail::non_inner_mask<K> & ~K::projected_mask;
       return outer == (std::uint64_t(1) << detail::row_lookup<C>::axis);
     }
+  }
   }
 }();
 
