@@ -12,15 +12,22 @@
 // Usage: seed_embedding [--layout col|row] [--n N] [--reps R] [--threads T] [--na NA]
 //          [--nb NB] [--k K] [--d D] [--loss sum|square] [--idx-mod M] [--random-idx]
 //          [--batched] [--init hash|randn] [--check] [--device cpu|cuda] [--deterministic]
-//          [--dtype f32|bf16|f16]
+//          [--dtype f32|bf16|f16] [--fused-optimizer sgd|adagrad]
 //
 // --dtype bf16 or f16 stores both tables as gx::bfloat16 or gx::half (half the memory; read
 // as float, gradients in float; docs/ops.md), with the hash init rounded to nearest.
+//
+// --fused-optimizer sgd or adagrad (with --batched: one loss per step) trains the tables:
+// each rep also times one optimizer step taken as backward + a separate step
+// (`zero_grad; backward(e); opt.step()`) and one taken by the fused call
+// (`backward(e, gx::optim::fused(opt))`, docs/optim.md), and prints their ratio and the loss
+// of the last step (2 x reps steps in all, lr 0.01).
 //
 // --device cuda runs the same computation on the GPU (seed_embedding_device.hpp; built where
 // meson finds nvcc): device tables with sparse device gradients, the indices in device
 // memory, --deterministic for the order-fixed scatter (default: atomic adds).
 #include <gradix/gradix.hpp>
+#include <gradix/optim.hpp>
 
 #include "seed_embedding.hpp"
 
@@ -34,6 +41,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -164,8 +172,16 @@ int run(options const& o) {
              gx::unsqueeze<1>(Ea(gx::indices(js), gx::all));
   };
 
-  std::vector<double> fwd, bwd, step;
+  // --fused-optimizer: the tables' optimizer (lr 0.01), stepped twice per rep
+  std::optional<gx::optim::sgd<decltype(Ea), decltype(Eb)>> sgd;
+  std::optional<gx::optim::adagrad<decltype(Ea), decltype(Eb)>> adagrad;
+  if (o.fused_optimizer == "sgd") sgd.emplace(gx::optim::sgd_options{.lr = 0.01}, Ea, Eb);
+  if (o.fused_optimizer == "adagrad") adagrad.emplace(gx::optim::adagrad_options{.lr = 0.01}, Ea, Eb);
+
+  std::vector<double> fwd, bwd, step, opt_sep, opt_fused;
   long last_back_allocs = 0;
+  double opt_loss = 0;
+  long opt_steps = 0;
   double loss = 0;
   for (long rep = 0; rep < o.reps; ++rep) {
     // forward: n calls of value
@@ -214,6 +230,30 @@ int run(options const& o) {
     std::printf("rep %ld: loss %.6f s (%ld allocations, %ld bytes)  back %.6f s (%ld allocations, "
                 "%ld bytes)  step %.6f s  loss = %.9g\n",
                 rep + 1, tf, fa, fb, tb, ba, bb, ts, l);
+
+    // --fused-optimizer: one step as backward + a separate step, one as the fused call
+    auto train = [&](auto& opt) {
+      auto separate = [&](auto const& e) {
+        gx::zero_grad(Ea, Eb);
+        double const v = gx::backward(e);
+        opt.step();
+        return v;
+      };
+      auto fused = [&](auto const& e) { return double(gx::backward(e, gx::optim::fused(opt))); };
+      t0 = std::chrono::steady_clock::now();
+      opt_loss = o.square ? separate(gx::sum(gx::square(batched_block()))) : separate(gx::sum(batched_block()));
+      opt_sep.push_back(seed::seconds_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      opt_loss = o.square ? fused(gx::sum(gx::square(batched_block()))) : fused(gx::sum(batched_block()));
+      opt_fused.push_back(seed::seconds_since(t0));
+      opt_steps += 2;
+      std::printf("       %s: backward + step %.6f s  fused %.6f s (%ld rows stepped in the scatter)  "
+                  "loss = %.9g (step %ld)\n",
+                  o.fused_optimizer.c_str(), opt_sep.back(), opt_fused.back(), long(opt.fused_rows_applied()),
+                  opt_loss, opt_steps);
+    };
+    if (sgd) train(*sgd);
+    if (adagrad) train(*adagrad);
     fwd.push_back(tf);
     bwd.push_back(tb);
     step.push_back(ts);
@@ -227,15 +267,26 @@ int run(options const& o) {
     if (last_back_allocs != 0) status = 1;
   }
 
+  std::string opt_json;
+  if (!o.fused_optimizer.empty()) {
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  ", \"optimizer\": \"%s\", \"backward_plus_step_s\": %.6g, \"fused_step_s\": %.6g, "
+                  "\"fused_ratio\": %.4g, \"optimizer_steps\": %ld, \"optimizer_loss\": %.9g",
+                  o.fused_optimizer.c_str(), seed::median(opt_sep), seed::median(opt_fused),
+                  seed::median(opt_fused) / seed::median(opt_sep), opt_steps, opt_loss);
+    opt_json = b;
+  }
   std::printf("{\"dtype\": \"%s\", \"layout\": \"%s\", \"loss_kind\": \"%s\", \"batched\": %s, \"n\": %ld, \"k\": %ld, "
               "\"d\": %ld, \"na\": %ld, \"nb\": %ld, \"threads\": %ld, \"reps\": %ld, "
               "\"forward_s\": %.6g, \"backward_s\": %.6g, \"step_s\": %.6g, "
               "\"peak_rss_mib\": %.1f, \"rss_after_init_mib\": %.1f, \"loss\": %.9g, "
-              "\"backward_allocations\": %ld, \"grad_slots_Ea\": %ld, \"grad_slots_Eb\": %ld%s}\n",
+              "\"backward_allocations\": %ld, \"grad_slots_Ea\": %ld, \"grad_slots_Eb\": %ld%s%s}\n",
               o.dtype.c_str(), col ? "col" : "row", o.square ? "square" : "sum", o.batched ? "true" : "false", o.n,
               o.k, o.d, o.na, o.nb, o.threads, o.reps, seed::median(fwd), seed::median(bwd), seed::median(step),
               rss_mib("VmHWM:"), rss_init, loss, last_back_allocs, long(Ea.grad().size()),
-              long(Eb.grad().size()), o.check ? (status ? ", \"check\": \"FAILED\"" : ", \"check\": \"ok\"") : "");
+              long(Eb.grad().size()), o.check ? (status ? ", \"check\": \"FAILED\"" : ", \"check\": \"ok\"") : "",
+              opt_json.c_str());
   return status;
 }
 
@@ -254,10 +305,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "seed_embedding: --dtype %s is for the host (device tables are float here)\n", o.dtype.c_str());
     return 2;
   }
+  if (!o.fused_optimizer.empty() && o.cuda) {
+    std::fprintf(stderr, "seed_embedding: --fused-optimizer is for the host (a fused step takes host parameters)\n");
+    return 2;
+  }
   if (o.cuda) return seed::run_cuda(o);
   if (o.deterministic) {
     std::fprintf(stderr, "seed_embedding: --deterministic is for --device cuda (the host backward is "
                          "deterministic already)\n");
+    return 2;
+  }
+  if (!o.fused_optimizer.empty() && (!o.batched || o.check)) {
+    std::fprintf(stderr, "seed_embedding: --fused-optimizer %s needs --batched (one loss per step) and "
+                         "takes no --check (the tables move)\n", o.fused_optimizer.c_str());
     return 2;
   }
   if (o.dtype != "f32" && !o.hash) {

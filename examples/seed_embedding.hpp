@@ -21,6 +21,7 @@ struct options {
   bool hash = true, cuda = false, deterministic = false;
   long n = 100, reps = 5, threads = 1, na = 1'000'000, nb = 65'535, k = 5000, d = 64, idx_mod = 0;
   std::string dtype = "f32";  // the tables' element type: f32, bf16 or f16 (host only)
+  std::string fused_optimizer;  // "", sgd or adagrad: also time backward + step and the fused step
 };
 
 inline options parse(int argc, char** argv) {
@@ -54,6 +55,14 @@ inline options parse(int argc, char** argv) {
       o.dtype = next();
       if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16") {
         std::fprintf(stderr, "seed_embedding: --dtype takes f32, bf16 or f16, not %s\n", o.dtype.c_str());
+        std::exit(2);
+      }
+    }
+    else if (s == "--fused-optimizer") {
+      o.fused_optimizer = next();
+      if (o.fused_optimizer != "sgd" && o.fused_optimizer != "adagrad") {
+        std::fprintf(stderr, "seed_embedding: --fused-optimizer takes sgd or adagrad, not %s\n",
+                     o.fused_optimizer.c_str());
         std::exit(2);
       }
     }

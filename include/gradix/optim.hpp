@@ -17,4 +17,5 @@
 #include "gradix/training/init.hpp"
 #include "gradix/training/optim_base.hpp"
 #include "gradix/training/optimizers.hpp"
+#include "gradix/training/rowwise.hpp"
 #include "gradix/training/slices.hpp"

@@ -183,3 +183,64 @@ TEST_CASE("rowwise_adagrad: one accumulator per row, against the hand computatio
   CHECK_THROWS_WITH_AS(gx::optim::rowwise_adagrad({.lr = 0.1, .eps = 0}, p),
                        doctest::Contains("gradix::optim::rowwise_adagrad: eps 0 must be > 0"), gx::error);
 }
+
+namespace {
+// A table read once through a gather (repeated rows), its rows applied inside the scatter
+// kernel: the same bits as zero_grad + backward + step, and the rows counted.
+template <class L, class Spec, class T, bool Bag = false, class MakeOpt>
+void check_rows(MakeOpt make_opt) {
+  constexpr bool col = std::is_same_v<L, gx::col_major>;
+  auto start = [] {
+    gx::tensor<T, S2, L> t(col ? gx::dims(6, 20) : gx::dims(20, 6));
+    auto const r = gx::randn<float, L>(t.shape(), 21);
+    t = r * 0.5f;
+    return t;
+  };
+  auto a = gx::param(start(), Spec{});
+  auto b = gx::param(start(), Spec{});
+  auto opt_a = make_opt(a);
+  auto opt_b = make_opt(b);
+  std::vector<int> rows{3, 7, 3, 19, 0, 3};
+  std::vector<int> const offsets{0, 2, 2, 5};
+  gx::tensor<float, S2> c(gx::dims(6, 6));
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 6; ++j) c(i, j) = 0.25f * float(i) - 0.5f * float(j) + 0.1f;
+  auto v = gx::randn<float>(gx::dims(gx::fix_t<1>{}, 6), 5);
+  auto loss = [&](auto& p) {
+    if constexpr (col) return gx::sum(gx::square(gx::gather<1>(p, rows)) * c);
+    else if constexpr (Bag) return gx::sum(gx::embedding_bag(p, rows, offsets, gx::bag_mode::sum) * v);
+    else return gx::sum(gx::square(gx::gather<0>(p, rows)) * c);
+  };
+  for (int s = 0; s < 3; ++s) {
+    float const la = gx::backward(loss(a), gx::optim::fused(opt_a));
+    opt_b.zero_grad();
+    float const lb = gx::backward(loss(b));
+    opt_b.step();
+    REQUIRE(std::memcmp(&la, &lb, sizeof la) == 0);
+    REQUIRE(std::memcmp(a.value().data(), b.value().data(), std::size_t(a.value().size()) * sizeof(T)) == 0);
+    CHECK(opt_a.fused_rows_applied() == 4);  // rows 0, 3, 7, 19
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("fused step: a table read once has its rows applied inside the scatter kernel", Spec,
+                   gx::sparse_grad_t<0>, gx::dense_grad_t<0>) {
+  auto sgd = [](auto& p) { return gx::optim::sgd({0.05}, p); };
+  auto adagrad = [](auto& p) { return gx::optim::adagrad({.lr = 0.1}, p); };
+  auto rowwise = [](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); };
+  check_rows<gx::row_major, Spec, float>(sgd);
+  check_rows<gx::row_major, Spec, float>(adagrad);
+  check_rows<gx::row_major, Spec, float>(rowwise);
+  check_rows<gx::row_major, Spec, float, true>(sgd);
+  check_rows<gx::row_major, Spec, float, true>(adagrad);
+  check_rows<gx::row_major, Spec, float, true>(rowwise);
+  check_rows<gx::row_major, Spec, gx::bfloat16>([](auto& p) {
+    p.set_rounding(gx::stochastic_rounding(5));
+    return gx::optim::adagrad({.lr = 0.1}, p);
+  });
+}
+
+TEST_CASE("fused step: column-major tables gathered along axis 1") {
+  auto rowwise = [](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); };
+  check_rows<gx::col_major, gx::sparse_grad_t<1>, float>(rowwise);
+}

@@ -266,6 +266,22 @@ GRADIX_ALWAYS_INLINE void narrow(H* p, pack<float, W> const& v) {
   }
 }
 
+/// W values of storage type S at p as its compute type: a plain load, or widened (exact)
+/// when S is half-width. What every SIMD path reading stored values uses.
+template <class S, int W>
+GRADIX_ALWAYS_INLINE pack<compute_type_t<S>, W> load_wide(S const* p) {
+  if constexpr (is_half_width_v<S>) return widen<std::remove_cv_t<S>, W>(p);
+  else return load<std::remove_cv_t<S>, W>(p);
+}
+
+/// Stores a pack of S's compute type as W values of S at p: a plain store, or rounded to
+/// nearest (ties to even) when S is half-width, the bits of S(x) element by element.
+template <class S, int W>
+GRADIX_ALWAYS_INLINE void store_narrow(S* p, pack<compute_type_t<S>, W> const& v) {
+  if constexpr (is_half_width_v<S>) narrow<S, W>(p, v);
+  else store<S, W>(p, v);
+}
+
 }  // namespace simd
 #endif
 

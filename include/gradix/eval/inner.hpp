@@ -28,8 +28,8 @@ struct unit_inner {
 #if defined(GRADIX_HAS_VECTOR_EXT)
   template <int W>
   GRADIX_ALWAYS_INLINE simd::pack<T, W> pack(index_t i) const {
-    if constexpr (std::is_same_v<S, T>) return simd::load<T, W>(p_ + i);
-    else return simd::widen<S, W>(p_ + i);
+    static_assert(std::is_same_v<compute_type_t<S>, T>, "unit_inner<T, S>: S is T or a half-width type read as float");
+    return simd::load_wide<S, W>(p_ + i);
   }
 #endif
 };

@@ -29,6 +29,7 @@
 #include "gradix/exec/elements.hpp"
 #include "gradix/exec/executor.hpp"
 #include "gradix/exec/finite.hpp"
+#include "gradix/exec/fused_sink.hpp"
 #include "gradix/expr/elementwise.hpp"
 #include "gradix/expr/let.hpp"
 #include "gradix/expr/param.hpp"
@@ -149,6 +150,38 @@ struct plan_uses<tuple<E...>> : std::integral_constant<std::size_t, (uses_in_v<E
 template <class Plan>
 inline constexpr std::size_t plan_uses_v = plan_uses<std::remove_cvref_t<Plan>>::value;
 
+/// Whether a type holds a scan element anywhere in its template arguments (a scan runs its
+/// step plan once per step: a sink written there is written many times).
+template <class T>
+struct holds_scan : std::false_type {};
+template <class P0, class G, class SN>
+struct holds_scan<ad::scan_use<P0, G, SN>> : std::true_type {};
+template <template <class...> class X, class... A>
+struct holds_scan<X<A...>> : std::bool_constant<(holds_scan<A>::value || ...)> {};
+
+/// Arms the fused sinks registered on this thread (exec/fused_sink.hpp) that exactly one
+/// kernel of plan p writes; the others (none, several, or inside a scan) stay unarmed. Host,
+/// run time.
+template <class Ex, class Plan>
+void arm_sinks(Plan const& p) {
+  fused_sinks const* r = current_fused_sinks();
+  if (!r) return;
+  for (std::size_t k = 0; k < r->n; ++k) {
+    r->sinks[k].writers = 0;
+    r->sinks[k].armed = false;
+  }
+  if constexpr (!std::is_same_v<typename Ex::space, host_space> || holds_scan<Plan>::value) {
+    return;
+  } else {
+    for_each_element(p, [&](auto const& pu) {
+      for_each_use<Ex>(pu, [&](auto const& u) {
+        if (fused_sink* s = sink_of(u.target_)) ++s->writers;
+      });
+    });
+    for (std::size_t k = 0; k < r->n; ++k) r->sinks[k].armed = r->sinks[k].writers == 1;
+  }
+}
+
 /// Check mode: scans each distinct target storage of a plan once, in plan order.
 template <class Ex, class Plan>
 void check_finite_gradients(Plan const& p, char const* op) {
@@ -213,6 +246,7 @@ constexpr void run_plan_on(Ex& ex, Plan const& p, char const* op) {
     run_elements<true>(ex, p);
     return;
   }
+  arm_sinks<Ex>(p);
   prepare_plan<Ex>(ex, guard, p, op);
   run_elements<false>(ex, p);
   // (check mode reads the gradients in place: host storages only)
@@ -257,6 +291,11 @@ value_type_t<Root> run_plan_carrying(Ex& ex, Root const& e, Plan const& p, char 
   bool carried = false;
   typename Ex::template guard<plan_uses_v<Plan>> guard(op);
   guard_targets<Ex>(guard, p);
+  // (the carrying element runs its own kernel, which writes the buffer in place)
+  arm_sinks<Ex>(p);
+  for_each_use<Ex>(get<std::size_t(C)>(p), [&](auto const& u) {
+    if (fused_sink* s = sink_of(u.target_)) s->armed = false;
+  });
   prepare_plan<Ex>(ex, guard, p, op, ex.carry_scratch_bytes(get<std::size_t(C)>(p), e));
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ([&] {

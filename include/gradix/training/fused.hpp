@@ -18,6 +18,7 @@
 
 #include "gradix/api/backward.hpp"
 #include "gradix/training/optimizers.hpp"
+#include "gradix/training/rowwise.hpp"
 
 #include <type_traits>
 
@@ -30,9 +31,16 @@ template <class Opt>
 struct fused_t {
   Opt* opt;
 };
-/// Marks opt for gx::backward(e, optim::fused(opt)).
+/// An optimizer of gx::optim that a backward can fuse: it has a step and call buffers
+/// (every optimizer of training/optimizers.hpp and training/rowwise.hpp). Checked without
+/// instantiating the fused step.
 template <class Opt>
-  requires requires(Opt& o) { o.step(); o.fused_step([] { return 0.0f; }); }
+concept fusable_optimizer = requires(Opt& o) {
+  o.step();
+  o.fused_rows_applied();
+};
+/// Marks opt for gx::backward(e, optim::fused(opt)).
+template <fusable_optimizer Opt>
 fused_t<Opt> fused(Opt& opt) {
   return {&opt};
 }

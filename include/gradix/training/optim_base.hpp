@@ -15,6 +15,7 @@
 #include "gradix/core/rng.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
+#include "gradix/exec/fused_sink.hpp"
 #include "gradix/exec/run.hpp"
 #include "gradix/training/device_steps.hpp"
 #include "gradix/training/slices.hpp"
@@ -175,21 +176,6 @@ GRADIX_ALWAYS_INLINE simd::pack<T, W> pack_sqrt(simd::pack<T, W> x) {
   return x;
 }
 #endif
-#if defined(GRADIX_HAS_VECTOR_EXT)
-/// W values of a parameter from p, widened when half-width (exact).
-template <int W, class S>
-GRADIX_ALWAYS_INLINE simd::pack<compute_type_t<S>, W> load_values(S const* p) {
-  if constexpr (is_half_width_v<S>) return simd::widen<S, W>(p);
-  else return simd::load<S, W>(p);
-}
-/// Stores W values of a parameter at p, rounded to nearest (ties to even) when half-width:
-/// the bits of rounding each element (values::put without stochastic rounding).
-template <int W, class S>
-GRADIX_ALWAYS_INLINE void store_values(S* p, simd::pack<compute_type_t<S>, W> const& v) {
-  if constexpr (is_half_width_v<S>) simd::narrow<S, W>(p, v);
-  else simd::store<S, W>(p, v);
-}
-#endif
 template <class Tuple, class F>
 void each(Tuple& t, F&& f) {
   std::apply([&](auto&... x) { (f(x), ...); }, t);
@@ -215,17 +201,45 @@ struct with_grad {
   std::uint64_t next_rounding_key() { return p->next_rounding_key(); }
 };
 
+/// A parameter whose step has no row-by-row form (fused_buffers::run_fused).
+struct no_rows {};
+/// Whether q's gradient slices are contiguous rows of its value, one after another (rank 2,
+/// row-major along axis 0 or column-major along axis 1): slice id is elements [id * n, id *
+/// n + n) with n = slice_size(q).
+template <class Q>
+inline constexpr bool flat_slices_v = [] {
+  using G = gradix::detail::param_storage_t<Q>;
+  using L = typename Q::layout_type;
+  if constexpr (G::rank != 2) return false;
+  else return std::is_same_v<L, col_major> ? G::axis == 1 : G::axis == 0;
+}();
+/// Elements of one gradient slice of q.
+template <class Q>
+index_t slice_size(Q const& q) {
+  using G = gradix::detail::param_storage_t<Q>;
+  index_t n = 1;
+  for (std::size_t k = 0; k < G::rank; ++k)
+    if (k != G::axis) n *= q.shape().extent(k);
+  return n;
+}
+
 /// The call buffers of a backward with a fused step: one gradient storage per parameter (of
 /// the parameter's kind), made on the first fused call and kept, empty between calls.
 template <class... P>
 class fused_buffers {
  protected:
   /// Runs backward() with the uses of the parameters ps redirected into the buffers (the
-  /// uses of other parameters write their gradients as usual), then step(with_grad views of
-  /// ps over the buffers), then empties the buffers (also when backward or step throws).
-  /// Returns what backward() returns.
-  template <class Run, class Step>
-  auto run_fused(std::tuple<P*...> const& ps, Run&& backward, Step&& step) {
+  /// uses of other parameters write their gradients as usual), then step(skip, with_grad
+  /// views of ps over the buffers), then empties the buffers (also when backward or step
+  /// throws). Returns what backward() returns.
+  ///
+  /// rows(views...) gives per parameter an object with `bool eligible()` and `void
+  /// apply(index_t slice, T const* row)`, the step's update of one slice from its whole
+  /// gradient row, or `no_rows`: an eligible parameter's buffer becomes a fused sink
+  /// (exec/fused_sink.hpp), so that a kernel that alone writes it may apply its rows as it
+  /// finishes them; skip[K] then tells step that parameter K's rows are all applied.
+  template <class Run, class Step, class Rows>
+  auto run_fused(std::tuple<P*...> const& ps, Run&& backward, Step&& step, Rows&& rows) {
     static_assert(!(device::is_device_param_v<P> || ...),
                   "gradix::backward(e, optim::fused(opt)): a fused step is written for host "
                   "parameters only; for device parameters call backward(e), then opt.step()");
@@ -255,18 +269,58 @@ class fused_buffers {
         std::apply([](auto&... b) { (b->zero(), ...); }, self->buf_);
       }
     } const empty{this};
+    auto views = [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return std::tuple<with_grad<P>...>{with_grad<P>{std::get<K>(ps), std::get<K>(buf_).get()}...};
+    }(std::index_sequence_for<P...>{});
+    auto steppers = std::apply(rows, views);
+    gradix::detail::fused_sink sinks[N];
+    std::size_t n_sinks = 0;
+    std::size_t sink_of[N];
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (([&] {
+         sink_of[K] = N;
+         auto& r = std::get<K>(steppers);
+         using R = std::remove_cvref_t<decltype(r)>;
+         if constexpr (!std::is_same_v<R, no_rows>) {
+           if (r.eligible()) {
+             auto& k = sinks[n_sinks];
+             k.storage = to[K];
+             k.ctx = &r;
+             k.apply = [](void* ctx, index_t slice, void const* row) {
+               static_cast<R*>(ctx)->apply(slice, static_cast<typename R::grad_type const*>(row));
+             };
+             sink_of[K] = n_sinks++;
+           }
+         }
+       }()),
+       ...);
+    }(std::index_sequence_for<P...>{});
     using V = decltype(backward());
     V v{};
-    gradix::detail::with_grad_redirect(gradix::detail::grad_redirect{from, to, N, true}, [&] { v = backward(); });
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      std::tuple<with_grad<P>...> views{with_grad<P>{std::get<K>(ps), std::get<K>(buf_).get()}...};
-      std::apply(step, views);
-    }(std::index_sequence_for<P...>{});
+    {
+      gradix::detail::fused_sinks const reg{sinks, n_sinks};
+      struct restore {
+        gradix::detail::fused_sinks const* saved;
+        ~restore() { gradix::detail::current_fused_sinks() = saved; }
+      } const r{gradix::detail::current_fused_sinks()};
+      gradix::detail::current_fused_sinks() = &reg;
+      gradix::detail::with_grad_redirect(gradix::detail::grad_redirect{from, to, N, true}, [&] { v = backward(); });
+    }
+    bool skip[N];
+    for (std::size_t k = 0; k < N; ++k) skip[k] = sink_of[k] < N && sinks[sink_of[k]].applied;
+    last_rows_ = 0;
+    for (std::size_t k = 0; k < n_sinks; ++k) last_rows_ += sinks[k].rows;
+    std::apply([&](auto&... q) { step(skip, q...); }, views);
     return v;
   }
 
+ public:
+  /// Rows the last fused call applied inside its scatter kernels (tests check the path).
+  index_t fused_rows_applied() const { return last_rows_; }
+
  private:
   std::tuple<std::unique_ptr<typename P::storage_type>...> buf_;
+  index_t last_rows_ = 0;
 };
 /// An option's value for a message: shortest %g form ("0.9", "1", "-1e-08").
 inline std::string num(double x) {

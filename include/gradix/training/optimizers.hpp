@@ -36,6 +36,7 @@
 #include "gradix/core/simd.hpp"
 #include "gradix/core/tensor.hpp"
 #include "gradix/exec/run.hpp"
+#include "gradix/training/adagrad_core.hpp"
 #include "gradix/training/device_steps.hpp"
 #include "gradix/training/optim_base.hpp"
 #include "gradix/training/slices.hpp"
@@ -80,13 +81,16 @@ class sgd : private detail::fused_buffers<P...> {
   }
   sgd_options& options() { return o_; }
   void step() {
-    std::apply([&](auto*... p) { step_on(*p...); }, p_);
+    std::apply([&](auto*... p) { step_on(nullptr, *p...); }, p_);
   }
   /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
   template <class Run>
   auto fused_step(Run&& backward) {
-    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
+    return this->run_fused(
+        p_, backward, [&](bool const* skip, auto&... q) { step_on(skip, q...); },
+        [&](auto&... q) { return rows_of(q...); });
   }
+  using detail::fused_buffers<P...>::fused_rows_applied;
   /// f(name, object&) for each piece of state a checkpoint keeps (gradix/checkpoint.hpp):
   /// the options, and per parameter K the momentum buffer "buf.K" (made here when momentum
   /// is on, as the next step would) and the first-step flags "first.K".
@@ -110,9 +114,54 @@ class sgd : private detail::fused_buffers<P...> {
 
  private:
   template <class... Q>
-  void step_on(Q&... q) {
-    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(buf_), std::get<K>(first_)), ...); }(
-        std::index_sequence_for<P...>{});
+  void step_on(bool const* skip, Q&... q) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((skip && skip[K] ? void() : one(q, std::get<K>(buf_), std::get<K>(first_))), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+  /// Plain SGD over n consecutive elements from offset off: w -= lr * g (SIMD packs of the
+  /// same operation for float and double; element by element for half-width values).
+  template <class Val, class S, class T>
+  static void plain_run(Val const& val, S* w, index_t off, T const* g, index_t n, T lr) {
+    if constexpr (Val::narrow) {
+      for (index_t e = 0; e < n; ++e) val.put(off + e, val.get(off + e) - lr * g[e]);
+    } else {
+      T* const wr = w + off;
+      index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        constexpr int W = simd::width<T>;
+        auto const lv = simd::splat<T, W>(lr);
+        for (; e + W <= n; e += W)
+          simd::store<T, W>(wr + e, simd::load<T, W>(wr + e) - lv * simd::load<T, W>(g + e));
+      }
+#endif
+      // (the tail as a count down: g++ 12 at -O2 -march=native otherwise warns that a far
+      // iteration of `e < n` "invokes undefined behavior" once two parameters' steps are
+      // inlined together)
+      for (index_t left = n - e; left > 0; --left, ++e) wr[e] -= lr * g[e];
+    }
+  }
+  /// The row-by-row form of a plain SGD step (no momentum, no weight decay) of a parameter
+  /// whose slices are contiguous rows (fused_buffers::run_fused).
+  template <class Q>
+  struct rows_step {
+    using grad_type = compute_type_t<typename Q::value_type>;
+    sgd* self;
+    Q* q;
+    std::optional<detail::values<Q>> val;  // made by the first row: the step's rounding key
+    bool eligible() const {
+      return detail::flat_slices_v<Q> && self->o_.momentum == 0 && self->o_.weight_decay == 0;
+    }
+    void apply(index_t id, grad_type const* g) {
+      if (!val) val.emplace(*q);
+      index_t const n = detail::slice_size(*q);
+      plain_run(*val, q->value().data(), id * n, g, n, grad_type(self->o_.lr));
+    }
+  };
+  template <class... Q>
+  auto rows_of(Q&... q) {
+    return std::tuple<rows_step<Q>...>{rows_step<Q>{this, &q, std::nullopt}...};
   }
   // the momentum buffer, only with momentum (a static shape's empty tensor would be full size)
   template <class Q>
@@ -155,26 +204,7 @@ class sgd : private detail::fused_buffers<P...> {
     if (mu == 0 && wd == 0) {  // plain SGD: w -= lr * g over the touched slices, run by run
       for_each_grad_slice(p, [&](index_t id) {
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
-          if (!g) return;
-          if constexpr (detail::values<Q>::narrow) {
-            for (index_t e = 0; e < n; ++e) val.put(off + e, val.get(off + e) - lr * g[e]);
-            return;
-          } else {
-          T* const wr = w + off;
-          index_t e = 0;
-#if defined(GRADIX_HAS_VECTOR_EXT)
-          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-            constexpr int W = simd::width<T>;
-            auto const lv = simd::splat<T, W>(lr);
-            for (; e + W <= n; e += W)
-              simd::store<T, W>(wr + e, simd::load<T, W>(wr + e) - lv * simd::load<T, W>(g + e));
-          }
-#endif
-          // (the tail as a count down: g++ 12 at -O2 -march=native otherwise warns that a
-          // far iteration of `e < n` "invokes undefined behavior" once two parameters'
-          // steps are inlined together)
-          for (index_t left = n - e; left > 0; --left, ++e) wr[e] -= lr * g[e];
-          }
+          if (g) plain_run(val, w, off, g, n, lr);
         });
       });
       return;
@@ -204,234 +234,87 @@ class sgd : private detail::fused_buffers<P...> {
 template <class... P>
 sgd(sgd_options, P&...) -> sgd<P...>;
 
-struct adagrad_options {
-  double lr = 1e-2;
-  double eps = 1e-10;
-  double weight_decay = 0;
-  double initial_accumulator = 0;
-};
-
-/// Adagrad: g += weight_decay * w; s += g^2; w -= lr * g / (sqrt(s) + eps).
-template <class... P>
-class adagrad : private detail::fused_buffers<P...> {
- public:
-  explicit adagrad(adagrad_options o, P&... p) : o_(o), p_(&p...), sum_(make_sum(p)...) {
-    detail::check_lr("gradix::optim::adagrad", o.lr);
-    if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::adagrad: eps ", detail::num(o.eps), " must be > 0");
-  }
-  adagrad_options& options() { return o_; }
-  /// f(name, object&) for each piece of state a checkpoint keeps: the options and the
-  /// accumulators "sum.K".
-  template <class F>
-  void visit_state(F&& f) {
-    f(std::string("lr"), o_.lr);
-    f(std::string("eps"), o_.eps);
-    f(std::string("weight_decay"), o_.weight_decay);
-    f(std::string("initial_accumulator"), o_.initial_accumulator);
-    detail::visit_indexed("sum", sum_, f);
-  }
-  void step() {
-    std::apply([&](auto*... p) { step_on(*p...); }, p_);
-  }
-  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
-  template <class Run>
-  auto fused_step(Run&& backward) {
-    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
-  }
-  void zero_grad() {
-    detail::each(p_, [](auto* p) { p->grad().zero(); });
-  }
-
- private:
-  template <class... Q>
-  void step_on(Q&... q) {
-    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(sum_)), ...); }(
-        std::index_sequence_for<P...>{});
-  }
+namespace detail {
+/// adagrad's accumulators and updates (training/adagrad_core.hpp): one accumulator per element.
+struct adagrad_elementwise {
+  static constexpr char const* name = "gradix::optim::adagrad";
   template <class Q>
-  detail::value_tensor_t<Q> make_sum(Q& q) {
-    return detail::state_of(q, compute_type_t<typename Q::value_type>(o_.initial_accumulator));
-  }
+  using state = value_tensor_t<Q>;
   template <class Q>
-  void one(Q& p, detail::value_tensor_t<Q>& sum) {
+  static state<Q> make(Q& q, double initial) {
+    return state_of(q, compute_type_t<typename Q::value_type>(initial));
+  }
+  template <class Q, class S>
+  static void step(adagrad_options const& o, Q& p, S& sum) {
     using T = compute_type_t<typename Q::value_type>;
-    T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
+    T const lr = T(o.lr), wd = T(o.weight_decay), eps = T(o.eps);
     auto* const w = p.value().data();
     T* const s = sum.data();
     if constexpr (device::is_device_param_v<Q>) {
       device::visit<1>(p, device::adagrad_update<T>{w, s, lr, wd, eps});
     } else {
-      detail::values<Q> const val(p);
-      auto element = [&](index_t off, T const* gp) {
-        T g = gp ? *gp : T(0);
-        T const wv = val.get(off);
-        if (wd != 0) g += wd * wv;
-        s[off] += g * g;
-        val.put(off, wv - lr * g / (T(std::sqrt(s[off])) + eps));
-      };
-      detail::visit_slices(p, o_.weight_decay != 0, [&](index_t id) {
+      values<Q> const val(p);
+      visit_slices(p, o.weight_decay != 0, [&](index_t id) {
         gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
-          index_t e = 0;
-#if defined(GRADIX_HAS_VECTOR_EXT)
-          // SIMD packs of the element's operations, in the same order: the same bits (a
-          // half-width value widened and rounded to nearest in packs, as element by element;
-          // stochastic rounding element by element)
-          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-            if (g && !val.stochastic_) {
-              constexpr int W = simd::width<T>;
-              using X = simd::pack<T, W>;
-              X const lv = simd::splat<T, W>(lr), wdv = simd::splat<T, W>(wd), ev = simd::splat<T, W>(eps);
-              auto* const wr = w + off;
-              T* const sr = s + off;
-              for (; e + W <= n; e += W) {
-                X gg = simd::load<T, W>(g + e);
-                X const ww = detail::load_values<W>(wr + e);
-                if (wd != 0) gg += wdv * ww;
-                X const ss = simd::load<T, W>(sr + e) + gg * gg;
-                simd::store<T, W>(sr + e, ss);
-                detail::store_values<W>(wr + e, X(ww - lv * gg / (detail::pack_sqrt<T, W>(ss) + ev)));
-              }
-            }
-          }
-#endif
-          for (; e < n; ++e) element(off + e, g ? g + e : nullptr);
+          update_run(val, w, s, off, g, n, lr, wd, eps);
         });
       });
     }
   }
-  adagrad_options o_;
-  std::tuple<P*...> p_;
-  std::tuple<detail::value_tensor_t<P>...> sum_;
+  template <class Val, class Q, class S, class T>
+  static void row(adagrad_options const& o, Val const& val, Q& q, S& sum, index_t id, T const* g) {
+    index_t const n = slice_size(q);
+    update_run(val, q.value().data(), sum.data(), id * n, g, n, T(o.lr), T(o.weight_decay), T(o.eps));
+  }
+  /// The Adagrad update of n consecutive elements from offset off (g null: no gradient, g =
+  /// 0): SIMD packs of the element's operations, in the same order (the same bits; a
+  /// half-width value widened and rounded to nearest in packs, as element by element;
+  /// stochastic rounding element by element).
+  template <class Val, class S, class T>
+  static void update_run(Val const& val, [[maybe_unused]] S* w, T* s, index_t off, T const* g, index_t n, T lr, T wd,
+                         T eps) {
+    auto element = [&](index_t o, T const* gp) {
+      T gv = gp ? *gp : T(0);
+      T const wv = val.get(o);
+      if (wd != 0) gv += wd * wv;
+      s[o] += gv * gv;
+      val.put(o, wv - lr * gv / (T(std::sqrt(s[o])) + eps));
+    };
+    index_t e = 0;
+#if defined(GRADIX_HAS_VECTOR_EXT)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (g && !val.stochastic_) {
+        constexpr int W = simd::width<T>;
+        using X = simd::pack<T, W>;
+        X const lv = simd::splat<T, W>(lr), wdv = simd::splat<T, W>(wd), ev = simd::splat<T, W>(eps);
+        auto* const wr = w + off;
+        T* const sr = s + off;
+        for (; e + W <= n; e += W) {
+          X gg = simd::load<T, W>(g + e);
+          X const ww = simd::load_wide<S, W>(wr + e);
+          if (wd != 0) gg += wdv * ww;
+          X const ss = simd::load<T, W>(sr + e) + gg * gg;
+          simd::store<T, W>(sr + e, ss);
+          simd::store_narrow<S, W>(wr + e, X(ww - lv * gg / (pack_sqrt<T, W>(ss) + ev)));
+        }
+      }
+    }
+#endif
+    for (; e < n; ++e) element(off + e, g ? g + e : nullptr);
+  }
+};
+}  // namespace detail
+
+/// Adagrad: g += weight_decay * w; s += g^2; w -= lr * g / (sqrt(s) + eps). Host and
+/// device parameters.
+template <class... P>
+class adagrad : public detail::adagrad_core<detail::adagrad_elementwise, P...> {
+ public:
+  explicit adagrad(adagrad_options o, P&... p) : detail::adagrad_core<detail::adagrad_elementwise, P...>(o, p...) {}
 };
 template <class... P>
 adagrad(adagrad_options, P&...) -> adagrad<P...>;
 
-struct rowwise_adagrad_options {
-  double lr = 1e-2;
-  double eps = 1e-10;
-  double weight_decay = 0;
-  double initial_accumulator = 0;
-};
-
-/// Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD): one accumulator per slice of the
-/// parameter's gradient axis (a row of an embedding table) instead of one per element. Per
-/// visited slice: g += weight_decay * w; s += (sum over the slice of g^2) / (elements in the
-/// slice); w -= (lr / (sqrt(s) + eps)) * g. The sum is taken in a fixed order (SIMD lanes, then
-/// lane by lane, then the tail): the same bits at any thread count. Visits the touched
-/// slices, or every slice of a dense storage when weight_decay != 0. Host parameters only.
-template <class... P>
-class rowwise_adagrad : private detail::fused_buffers<P...> {
-  static_assert(!(device::is_device_param_v<P> || ...),
-                "gradix::optim::rowwise_adagrad: host parameters only (device parameters: adagrad)");
-
- public:
-  explicit rowwise_adagrad(rowwise_adagrad_options o, P&... p)
-      : o_(o), p_(&p...),
-        sum_(std::vector<compute_type_t<typename P::value_type>>(
-            std::size_t(gradix::detail::slice_count(p)), compute_type_t<typename P::value_type>(o.initial_accumulator))...) {
-    detail::check_lr("gradix::optim::rowwise_adagrad", o.lr);
-    if (!(o.eps > 0)) gradix::detail::fail("gradix::optim::rowwise_adagrad: eps ", detail::num(o.eps), " must be > 0");
-  }
-  rowwise_adagrad_options& options() { return o_; }
-  /// f(name, object&) for each piece of state a checkpoint keeps: the options and the
-  /// per-slice accumulators "sum.K".
-  template <class F>
-  void visit_state(F&& f) {
-    f(std::string("lr"), o_.lr);
-    f(std::string("eps"), o_.eps);
-    f(std::string("weight_decay"), o_.weight_decay);
-    f(std::string("initial_accumulator"), o_.initial_accumulator);
-    detail::visit_indexed("sum", sum_, f);
-  }
-  void step() {
-    std::apply([&](auto*... p) { step_on(*p...); }, p_);
-  }
-  /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
-  template <class Run>
-  auto fused_step(Run&& backward) {
-    return this->run_fused(p_, backward, [&](auto&... q) { step_on(q...); });
-  }
-  void zero_grad() {
-    detail::each(p_, [](auto* p) { p->grad().zero(); });
-  }
-
- private:
-  template <class... Q>
-  void step_on(Q&... q) {
-    [&]<std::size_t... K>(std::index_sequence<K...>) { (one(q, std::get<K>(sum_)), ...); }(
-        std::index_sequence_for<P...>{});
-  }
-  template <class Q>
-  void one(Q& p, std::vector<compute_type_t<typename Q::value_type>>& sum) {
-    using T = compute_type_t<typename Q::value_type>;
-    T const lr = T(o_.lr), wd = T(o_.weight_decay), eps = T(o_.eps);
-    detail::values<Q> const val(p);
-    [[maybe_unused]] auto* const w = p.value().data();
-    detail::visit_slices(p, o_.weight_decay != 0, [&](index_t id) {
-      // the sum of g^2 over the slice: SIMD lanes summed in lane order, then the tail
-      T ss = 0;
-      index_t n = 0;
-      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
-        index_t e = 0;
-#if defined(GRADIX_HAS_VECTOR_EXT)
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-          constexpr int W = simd::width<T>;
-          using X = simd::pack<T, W>;
-          if (g && len >= W) {
-            X const wdv = simd::splat<T, W>(wd);
-            X acc{};
-            for (; e + W <= len; e += W) {
-              X gg = simd::load<T, W>(g + e);
-              if (wd != 0) gg += wdv * detail::load_values<W>(w + off + e);
-              acc += gg * gg;
-            }
-            for (int l = 0; l < W; ++l) ss += acc[l];
-          }
-        }
-#endif
-        for (; e < len; ++e) {
-          T gv = g ? g[e] : T(0);
-          if (wd != 0) gv += wd * val.get(off + e);
-          ss += gv * gv;
-        }
-        n += len;
-      });
-      if (n == 0) return;
-      T& s = sum[std::size_t(id)];
-      s += ss / T(n);
-      T const mult = lr / (T(std::sqrt(s)) + eps);
-      gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t len) {
-        index_t e = 0;
-#if defined(GRADIX_HAS_VECTOR_EXT)
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-          constexpr int W = simd::width<T>;
-          using X = simd::pack<T, W>;
-          if (g && !val.stochastic_) {
-            X const wdv = simd::splat<T, W>(wd), mv = simd::splat<T, W>(mult);
-            for (; e + W <= len; e += W) {
-              X gg = simd::load<T, W>(g + e);
-              X const ww = detail::load_values<W>(w + off + e);
-              if (wd != 0) gg += wdv * ww;
-              detail::store_values<W>(w + off + e, X(ww - mv * gg));
-            }
-          }
-        }
-#endif
-        for (; e < len; ++e) {
-          T gv = g ? g[e] : T(0);
-          T const wv = val.get(off + e);
-          if (wd != 0) gv += wd * wv;
-          val.put(off + e, wv - mult * gv);
-        }
-      });
-    });
-  }
-  rowwise_adagrad_options o_;
-  std::tuple<P*...> p_;
-  std::tuple<std::vector<compute_type_t<typename P::value_type>>...> sum_;
-};
-template <class... P>
-rowwise_adagrad(rowwise_adagrad_options, P&...) -> rowwise_adagrad<P...>;
 
 struct adam_options {
   double lr = 1e-3;
@@ -561,8 +444,11 @@ class adam : public detail::adam_base<P...>, private detail::fused_buffers<P...>
   /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
   template <class Run>
   auto fused_step(Run&& backward) {
-    return this->run_fused(this->p_, backward, [&](auto&... q) { step_on(q...); });
+    return this->run_fused(
+        this->p_, backward, [&](bool const*, auto&... q) { step_on(q...); },
+        [](auto&... q) { return std::tuple{(void(q), detail::no_rows{})...}; });
   }
+  using detail::fused_buffers<P...>::fused_rows_applied;  // 0: no row-by-row form
 
  private:
   template <class... Q>
@@ -634,8 +520,11 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
   /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
   template <class Run>
   auto fused_step(Run&& backward) {
-    return this->run_fused(this->p_, backward, [&](auto&... q) { step_on(q...); });
+    return this->run_fused(
+        this->p_, backward, [&](bool const*, auto&... q) { step_on(q...); },
+        [](auto&... q) { return std::tuple{(void(q), detail::no_rows{})...}; });
   }
+  using detail::fused_buffers<P...>::fused_rows_applied;  // 0: no row-by-row form
   /// adam's state and the step at which each slice was last updated ("last.K").
   template <class F>
   void visit_state(F&& f) {

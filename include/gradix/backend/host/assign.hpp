@@ -9,6 +9,7 @@
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/coords.hpp"
+#include "gradix/core/half.hpp"
 #include "gradix/core/simd.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/eval/elementwise.hpp"
@@ -117,16 +118,10 @@ constexpr void assign(tensor_view<DT, DS, DL, host_space> const& dst, E const& e
         auto in = ev.template outer<int(A)>(c);
         DT* d = base + dst.offset(c);
 #if defined(GRADIX_HAS_VECTOR_EXT)
-        if constexpr (unit_stride_v<DL, R, A> && std::is_same_v<DT, T>) {
-          constexpr int W = simd::width<T>;
+        if constexpr (unit_stride_v<DL, R, A> && std::is_same_v<compute_type_t<DT>, T>) {
+          constexpr int W = simd::width<T>;  // half-width DT: float packs rounded to nearest (even)
           index_t i = 0;
-          for (; i + W <= len; i += W) simd::store<T, W>(d + i, in.template pack<W>(i));
-          for (; i < len; ++i) d[i] = in.elem(i);
-          return;
-        } else if constexpr (unit_stride_v<DL, R, A> && is_half_width_v<DT> && std::is_same_v<T, float>) {
-          constexpr int W = simd::width<float>;  // float packs, rounded to nearest (even)
-          index_t i = 0;
-          for (; i + W <= len; i += W) simd::narrow<DT, W>(d + i, in.template pack<W>(i));
+          for (; i + W <= len; i += W) simd::store_narrow<DT, W>(d + i, in.template pack<W>(i));
           for (; i < len; ++i) d[i] = DT(in.elem(i));
           return;
         }

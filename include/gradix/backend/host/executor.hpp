@@ -76,17 +76,37 @@ struct executor {
 
   // plan elements (exec/run.hpp, exec/elements.hpp): the kernels of uses, fused pairs and
   // multi uses; a row use's operand adjoint; clearing an adjoint buffer
+  // (a plain use whose target is an armed fused sink, exec/fused_sink.hpp, runs row by row:
+  // it reserves nothing in the buffer, backend/host/fused_rows.hpp)
+  template <class U>
+  static gradix::detail::fused_sink* rows_sink(U const& u) {
+    if constexpr (ad::is_plain_use<U>::value) {
+      if constexpr (fused_rows_ok<U>) {
+        if (gradix::detail::fused_sink* s = gradix::detail::armed_sink(u.target_))
+          if (fused_rows_fit(u)) return s;
+      }
+    }
+    return nullptr;
+  }
   template <class U>
   static constexpr void prepare(U const& u) {
+    if (!std::is_constant_evaluated() && rows_sink(u)) return;
     host::prepare(u);
   }
   template <class U>
   static std::size_t scratch_bytes(U const& u) {
+    if (rows_sink(u)) return fused_rows_bytes(u);
     return host::scratch_bytes(u);
   }
   static void reserve_scratch(std::size_t bytes) { scratch().reserve(bytes); }
   template <class U>
   static void run(U const& u) {
+    if constexpr (ad::is_plain_use<U>::value) {
+      if (gradix::detail::fused_sink* s = rows_sink(u)) {
+        host::run(u, s);
+        return;
+      }
+    }
     host::run(u);
   }
   template <class U>

@@ -25,6 +25,7 @@
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
 #include "gradix/backend/host/assign.hpp"
+#include "gradix/backend/host/fused_rows.hpp"
 #include "gradix/backend/host/scratch.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
@@ -189,7 +190,7 @@ std::size_t scratch_bytes(Use const& u) {
 
 /// Runs one use (after prepare).
 template <class Use>
-void run(Use const& u) {
+void run(Use const& u, [[maybe_unused]] gradix::detail::fused_sink* sink = nullptr) {
   if (!u.target_) return;  // a use that grad() does not want
   using K = ad::kernel_traits<Use>;
   using G = typename Use::storage_type;
@@ -230,13 +231,13 @@ void run(Use const& u) {
 
   // The work of one outer coordinate o (inner and projected coordinates 0); without projected
   // axes (or when they collapse), only the inner elements [i_begin, i_end).
-  auto body = [&](coord<RD> const& o, [[maybe_unused]] index_t i_begin = 0,
-                  [[maybe_unused]] index_t i_end = std::numeric_limits<index_t>::max()) {
+  // (body_at: the same work into the row at tp: a fused step's row buffer, fused_rows.hpp)
+  auto body_at = [&](coord<RD> const& o, T* tp, [[maybe_unused]] index_t i_begin = 0,
+                     [[maybe_unused]] index_t i_end = std::numeric_limits<index_t>::max()) {
     // locals: the gradient stores below cannot alias them
     [[maybe_unused]] index_t const nin = n_in;
     [[maybe_unused]] index_t const ts = tstride;
     [[maybe_unused]] T const mul = mult;
-    T* tp = data + addr.offset(ev::map_value(map, o));
     if constexpr (I < 0) {
       if constexpr (K::collapses_projected) {
         *tp += T(vev(o)) * mul;
@@ -328,6 +329,16 @@ void run(Use const& u) {
       }
     }
   };
+
+  auto body = [&](coord<RD> const& o, index_t i_begin = 0, index_t i_end = std::numeric_limits<index_t>::max()) {
+    body_at(o, data + addr.offset(ev::map_value(map, o)), i_begin, i_end);
+  };
+  if constexpr (fused_rows_ok<Use>) {
+    if (sink) {
+      run_rows(u, *sink, [&](coord<RD> const& o, T* row) { body_at(o, row); });
+      return;
+    }
+  }
 
   thread_pool& tp = pool();
   using pair = std::pair<index_t, index_t>;

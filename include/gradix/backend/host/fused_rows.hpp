@@ -1,0 +1,145 @@
+#pragma once
+/// \file
+/// The row-by-row form of a plain use's update kernel, for a backward with a fused optimizer
+/// step (exec/fused_sink.hpp): the kernel's outer coordinates are ordered by the slice they
+/// write (ties: by coordinate), each slice's gradient is summed into a row buffer in that
+/// order (the order in which the plain kernel adds into a zeroed slot: the same bits) and
+/// handed to the sink's `apply` as soon as its last contribution is in. Nothing is written
+/// into gradient storage. The form exists for a rank-2 storage whose sparse/dense axis is
+/// reached through an index vector along one outer domain axis, with the inner domain axis
+/// walking a whole slice contiguously (a table's rows gathered by an index vector: the
+/// founding benchmark's uses, an embedding_bag's scatter); fused_rows_fit checks the run-time
+/// part. Serial (one row buffer); its scratch is reserved by the pre-pass.
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/ad/map.hpp"
+#include "gradix/ad/region.hpp"
+#include "gradix/backend/host/scratch.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/coords.hpp"
+#include "gradix/eval/map.hpp"
+#include "gradix/exec/fused_sink.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace gradix::host {
+
+namespace detail {
+/// A map component that is idx(off + scale * d[J]) for an index vector (plain or unique).
+template <class C>
+struct row_lookup : std::false_type {};
+template <std::size_t J, class I>
+struct row_lookup<ad::ax_lookup<ad::ax_dom<J>, index_vec<I>>> : std::true_type {
+  static constexpr std::size_t axis = J;
+};
+template <std::size_t J, class I>
+struct row_lookup<ad::ax_lookup<ad::ax_dom<J>, unique_vec<I>>> : std::true_type {
+  static constexpr std::size_t axis = J;
+};
+constexpr std::size_t round_up_64(std::size_t b) { return (b + 63) / 64 * 64; }
+}  // namespace detail
+
+/// Whether the kernel of Use has a row-by-row form (types only; the file comment).
+template <class Use>
+inline constexpr bool fused_rows_ok = [] {
+  if constexpr (!ad::is_plain_use<Use>::value) {
+    return false;
+  } else {
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  if constexpr (G::rank != 2 || K::inner_axis < 0 || K::target_unit_axis < 0 ||
+                K::target_unit_axis == int(G::axis)) {
+    return false;
+  } else {
+    using C = ad::map_component_t<typename Use::map_type, G::axis>;
+    if constexpr (!detail::row_lookup<C>::value) {
+      return false;
+    } else {
+      constexpr std::uint64_t outer = ad::detail::non_inner_mask<K> & ~K::projected_mask;
+      return outer == (std::uint64_t(1) << detail::row_lookup<C>::axis);
+    }
+  }
+  }
+}();
+
+/// The run-time part: the inner axis walks whole slices, contiguous in a slice (a row
+/// buffer is a slice).
+template <class Use>
+bool fused_rows_fit(Use const& u) {
+  if constexpr (!fused_rows_ok<Use>) {
+    return false;
+  } else {
+    using K = ad::kernel_traits<Use>;
+    using G = typename Use::storage_type;
+    if (!u.target_) return false;
+    constexpr std::size_t U = std::size_t(K::target_unit_axis);
+    auto const& unit = get<U>(u.map_);
+    G const& g = *u.target_;
+    return unit.off_ == 0 && unit.scale_ == 1 && g.strides()[U] == 1 &&
+           u.dom_.extents()[std::size_t(K::inner_axis)] == g.shape().extent(U);
+  }
+}
+
+/// Scratch bytes of the row-by-row form: the order and one row.
+template <class Use>
+std::size_t fused_rows_bytes(Use const& u) {
+  if constexpr (!fused_rows_ok<Use>) {
+    return 0;
+  } else {
+    using K = ad::kernel_traits<Use>;
+    using G = typename Use::storage_type;
+    using C = ad::map_component_t<typename Use::map_type, G::axis>;
+    auto const ext = u.dom_.extents();
+    return detail::round_up_64(std::size_t(ext[detail::row_lookup<C>::axis]) * sizeof(std::pair<index_t, index_t>)) +
+           std::size_t(ext[std::size_t(K::inner_axis)]) * sizeof(typename G::value_type) + 64;
+  }
+}
+
+/// Runs use u row by row into sink (body_at(o, row): the plain kernel's work for outer
+/// coordinate o, added into row).
+template <class Use, class Body>
+void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
+  using K = ad::kernel_traits<Use>;
+  using G = typename Use::storage_type;
+  using T = typename G::value_type;
+  constexpr std::size_t RD = K::domain_rank;
+  using C = ad::map_component_t<typename Use::map_type, G::axis>;
+  constexpr std::size_t J = detail::row_lookup<C>::axis;
+  using pair = std::pair<index_t, index_t>;
+  auto const ext = u.dom_.extents();
+  index_t const n = ext[J], n_in = ext[std::size_t(K::inner_axis)];
+  bool empty = false;
+  for (std::size_t j = 0; j < RD; ++j) empty = empty || ext[j] == 0;
+  sink.applied = true;
+  if (empty) return;
+  // (reserved by the pre-pass: host::executor::scratch_bytes)
+  unsigned char* const mem = scratch().try_get<unsigned char>(fused_rows_bytes(u));
+  pair* const order = reinterpret_cast<pair*>(mem);
+  T* const row = reinterpret_cast<T*>(mem + detail::round_up_64(std::size_t(n) * sizeof(pair)));
+  auto const& comp = get<G::axis>(u.map_);
+  {
+    coord<RD> d{};
+    for (index_t k = 0; k < n; ++k) {
+      d[J] = k;
+      order[k] = {ev::ax_value(comp, d), k};
+    }
+  }
+  std::sort(order, order + n);  // ties by coordinate: the plain kernel's order
+  coord<RD> o{};
+  for (index_t k = 0; k < n;) {
+    index_t const id = order[k].first;
+    for (index_t i = 0; i < n_in; ++i) row[i] = T(0);
+    for (; k < n && order[k].first == id; ++k) {
+      o[J] = order[k].second;
+      body_at(o, row);
+    }
+    sink.apply(sink.ctx, id, row);
+    ++sink.rows;
+  }
+}
+
+}  // namespace gradix::host
