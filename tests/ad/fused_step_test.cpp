@@ -8,6 +8,7 @@
 
 #include <gradix/optim.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -243,4 +244,40 @@ TEST_CASE_TEMPLATE("fused step: a table read once has its rows applied inside th
 TEST_CASE("fused step: column-major tables gathered along axis 1") {
   auto rowwise = [](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); };
   check_rows<gx::col_major, gx::sparse_grad_t<1>, float>(rowwise);
+}
+
+TEST_CASE("fused step: rows of a large table, repeated many times, sorted in several radix passes") {
+  // 5,000 rows: slice ids need 13 bits, two passes of the row-by-row form's radix sort; 3,000
+  // reads with repeats spread over the table, each with its own weight, so that summing a
+  // row's contributions in another order than the plain kernel's would change bits
+  using S = gx::shape<gx::dyn, gx::dyn>;
+  constexpr index_t rows_n = 5000, width = 4, reads = 3000;
+  std::vector<int> rows(static_cast<std::size_t>(reads));
+  std::uint32_t h = 12345;
+  for (auto& r : rows) {
+    h = h * 1664525u + 1013904223u;
+    r = int((h >> 8) % 1700u) * 3 % int(rows_n);  // 1,700 distinct rows, each read about twice
+  }
+  std::vector<int> distinct = rows;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  auto const c = gx::randn<float>(gx::dims(reads, width), 9);
+  auto start = gx::randn<float>(gx::dims(rows_n, width), 10);
+  auto test = [&](auto make_opt) {
+    auto a = gx::param(gx::tensor<float, S>(start), gx::sparse_grad<0>);
+    auto b = gx::param(gx::tensor<float, S>(start), gx::sparse_grad<0>);
+    auto opt_a = make_opt(a);
+    auto opt_b = make_opt(b);
+    for (int s = 0; s < 2; ++s) {
+      float const la = gx::backward(gx::sum(gx::square(gx::gather<0>(a, rows)) * c), gx::optim::fused(opt_a));
+      opt_b.zero_grad();
+      float const lb = gx::backward(gx::sum(gx::square(gx::gather<0>(b, rows)) * c));
+      opt_b.step();
+      REQUIRE(std::memcmp(&la, &lb, sizeof la) == 0);
+      REQUIRE(std::memcmp(a.value().data(), b.value().data(), std::size_t(a.value().size()) * sizeof(float)) == 0);
+      CHECK(opt_a.fused_rows_applied() == index_t(distinct.size()));
+    }
+  };
+  test([](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); });
+  test([](auto& p) { return gx::optim::sgd({0.05}, p); });
 }
