@@ -246,12 +246,13 @@ TEST_CASE("fused step: column-major tables gathered along axis 1") {
   check_rows<gx::col_major, gx::sparse_grad_t<1>, float>(rowwise);
 }
 
-TEST_CASE("fused step: rows of a large table, repeated many times, sorted in several radix passes") {
+TEST_CASE("fused step: rows of a large table, repeated many times, sorted in several radix passes, on 1 and 3 threads") {
   // 5,000 rows: slice ids need 13 bits, two passes of the row-by-row form's radix sort; 3,000
   // reads with repeats spread over the table, each with its own weight, so that summing a
-  // row's contributions in another order than the plain kernel's would change bits
+  // row's contributions in another order than the plain kernel's would change bits; 96,000
+  // elements: at 3 threads the rows run in 3 ranges cut at slice boundaries
   using S = gx::shape<gx::dyn, gx::dyn>;
-  constexpr index_t rows_n = 5000, width = 4, reads = 3000;
+  constexpr index_t rows_n = 5000, width = 32, reads = 3000;
   std::vector<int> rows(static_cast<std::size_t>(reads));
   std::uint32_t h = 12345;
   for (auto& r : rows) {
@@ -263,9 +264,11 @@ TEST_CASE("fused step: rows of a large table, repeated many times, sorted in sev
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   auto const c = gx::randn<float>(gx::dims(reads, width), 9);
   auto start = gx::randn<float>(gx::dims(rows_n, width), 10);
-  auto test = [&](auto make_opt) {
-    auto a = gx::param(gx::tensor<float, S>(start), gx::sparse_grad<0>);
-    auto b = gx::param(gx::tensor<float, S>(start), gx::sparse_grad<0>);
+  auto test = [&]<class E = float>(auto make_opt) {
+    gx::tensor<E, S> init(start.shape());
+    init = start;
+    auto a = gx::param(gx::tensor<E, S>(init), gx::sparse_grad<0>);
+    auto b = gx::param(gx::tensor<E, S>(init), gx::sparse_grad<0>);
     auto opt_a = make_opt(a);
     auto opt_b = make_opt(b);
     for (int s = 0; s < 2; ++s) {
@@ -274,10 +277,18 @@ TEST_CASE("fused step: rows of a large table, repeated many times, sorted in sev
       float const lb = gx::backward(gx::sum(gx::square(gx::gather<0>(b, rows)) * c));
       opt_b.step();
       REQUIRE(std::memcmp(&la, &lb, sizeof la) == 0);
-      REQUIRE(std::memcmp(a.value().data(), b.value().data(), std::size_t(a.value().size()) * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(a.value().data(), b.value().data(), std::size_t(a.value().size()) * sizeof(E)) == 0);
       CHECK(opt_a.fused_rows_applied() == index_t(distinct.size()));
     }
   };
-  test([](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); });
-  test([](auto& p) { return gx::optim::sgd({0.05}, p); });
+  for (int threads : {1, 3}) {
+    gx::set_num_threads(threads);
+    test([](auto& p) { return gx::optim::rowwise_adagrad({.lr = 0.1}, p); });
+    test([](auto& p) { return gx::optim::sgd({0.05}, p); });
+    test.template operator()<gx::bfloat16>([](auto& p) {  // one rounding key per step, whatever the threads
+      p.set_rounding(gx::stochastic_rounding(3));
+      return gx::optim::adagrad({.lr = 0.1}, p);
+    });
+  }
+  gx::set_num_threads(1);
 }

@@ -4,8 +4,9 @@
 /// gradient handed to the optimizer as the scatter kernel finishes them, never stored.
 ///
 /// A fused call registers, on its thread, one sink per optimizer parameter: the call buffer
-/// its uses are redirected into, and `apply(ctx, slice, row)`, the optimizer's update of one
-/// slice from its full gradient row. The plan runner (exec/run.hpp) arms a sink when exactly
+/// its uses are redirected into, `begin(ctx)`, called once before the first row, and
+/// `apply(ctx, slice, row)`, the optimizer's update of one slice from its full gradient row
+/// (called from several threads at once for distinct slices). The plan runner (exec/run.hpp) arms a sink when exactly
 /// one kernel of the plan writes its buffer (arm_sinks); the host executor then runs that
 /// kernel in its row-by-row form when the kernel's map allows it (backend/host/fused_rows.hpp),
 /// which reserves nothing in the buffer, calls apply once per touched slice with the slice's
@@ -22,7 +23,8 @@ namespace gradix::detail {
 
 struct fused_sink {
   void const* storage = nullptr;  // the call buffer
-  void (*apply)(void* ctx, index_t slice, void const* row) = nullptr;
+  void (*begin)(void* ctx) = nullptr;  // once, before the first row of a call (serially)
+  void (*apply)(void* ctx, index_t slice, void const* row) = nullptr;  // distinct slices may run concurrently
   void* ctx = nullptr;
   int writers = 0;       // kernels of the running plan that write the buffer
   bool armed = false;    // exactly one: a kernel may apply rows

@@ -92,12 +92,14 @@ class adagrad_core : private fused_buffers<P...> {
     adagrad_options const* o;
     Q* q;
     typename Policy::template state<Q>* sum;
-    std::optional<values<Q>> val;  // made by the first row: the step's rounding key
+    std::optional<values<Q>> val;  // made before the first row: the step's rounding key
     bool eligible() const {
       return flat_slices_v<Q> && (gradix::detail::param_storage_t<Q>::sparse || o->weight_decay == 0);
     }
-    void apply(index_t id, grad_type const* g) {
+    void begin() {
       if (!val) val.emplace(*q);
+    }
+    void apply(index_t id, grad_type const* g) {
       Policy::row(*o, *val, *q, *sum, id, g);
     }
   };

@@ -233,9 +233,10 @@ class fused_buffers {
   /// views of ps over the buffers), then empties the buffers (also when backward or step
   /// throws). Returns what backward() returns.
   ///
-  /// rows(views...) gives per parameter an object with `bool eligible()` and `void
+  /// rows(views...) gives per parameter an object with `bool eligible()`, `void begin()`
+  /// (once before the first row: what every row reads, made serially) and `void
   /// apply(index_t slice, T const* row)`, the step's update of one slice from its whole
-  /// gradient row, or `no_rows`: an eligible parameter's buffer becomes a fused sink
+  /// gradient row (thread-safe for distinct slices), or `no_rows`: an eligible parameter's buffer becomes a fused sink
   /// (exec/fused_sink.hpp), so that a kernel that alone writes it may apply its rows as it
   /// finishes them; skip[K] then tells step that parameter K's rows are all applied.
   template <class Run, class Step, class Rows>
@@ -286,6 +287,7 @@ class fused_buffers {
              auto& k = sinks[n_sinks];
              k.storage = to[K];
              k.ctx = &r;
+             k.begin = [](void* ctx) { static_cast<R*>(ctx)->begin(); };
              k.apply = [](void* ctx, index_t slice, void const* row) {
                static_cast<R*>(ctx)->apply(slice, static_cast<typename R::grad_type const*>(row));
              };

@@ -149,12 +149,14 @@ class sgd : private detail::fused_buffers<P...> {
     using grad_type = compute_type_t<typename Q::value_type>;
     sgd* self;
     Q* q;
-    std::optional<detail::values<Q>> val;  // made by the first row: the step's rounding key
+    std::optional<detail::values<Q>> val;  // made before the first row: the step's rounding key
     bool eligible() const {
       return detail::flat_slices_v<Q> && self->o_.momentum == 0 && self->o_.weight_decay == 0;
     }
-    void apply(index_t id, grad_type const* g) {
+    void begin() {
       if (!val) val.emplace(*q);
+    }
+    void apply(index_t id, grad_type const* g) {
       index_t const n = detail::slice_size(*q);
       plain_run(*val, q->value().data(), id * n, g, n, grad_type(self->o_.lr));
     }

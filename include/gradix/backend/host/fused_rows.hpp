@@ -9,12 +9,14 @@
 /// reached through an index vector along one outer domain axis, with the inner domain axis
 /// walking a whole slice contiguously (a table's rows gathered by an index vector: the
 /// founding benchmark's uses, an embedding_bag's scatter); fused_rows_fit checks the run-time
-/// part. Serial (one row buffer); its scratch is reserved by the pre-pass.
+/// part. The rows run on the thread pool, a slice on one thread; its scratch is reserved by
+/// the pre-pass.
 
 #include "gradix/ad/kernel.hpp"
 #include "gradix/ad/map.hpp"
 #include "gradix/ad/region.hpp"
 #include "gradix/backend/host/scratch.hpp"
+#include "gradix/backend/host/thread_pool.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/coords.hpp"
 #include "gradix/eval/map.hpp"
@@ -102,8 +104,14 @@ bool fused_rows_fit(Use const& u) {
   }
 }
 
+/// Row buffers of the row-by-row form: one per thread that may run its rows (at most 64).
+inline index_t fused_row_buffers() {
+  index_t const t = index_t(pool().size());
+  return t < 64 ? t : 64;
+}
+
 /// Scratch bytes of the row-by-row form: the order (twice: the radix sort's two buffers), the
-/// sort's counters and one row.
+/// sort's counters and a row per thread.
 template <class Use>
 std::size_t fused_rows_bytes(Use const& u) {
   if constexpr (!fused_rows_ok<Use>) {
@@ -115,12 +123,16 @@ std::size_t fused_rows_bytes(Use const& u) {
     auto const ext = u.dom_.extents();
     return 2 * detail::round_up_64(std::size_t(ext[detail::row_lookup<C>::axis]) * sizeof(std::pair<index_t, index_t>)) +
            detail::round_up_64(std::size_t(detail::radix_size + 1) * sizeof(index_t)) +
-           std::size_t(ext[std::size_t(K::inner_axis)]) * sizeof(typename G::value_type) + 64;
+           std::size_t(fused_row_buffers()) *
+               detail::round_up_64(std::size_t(ext[std::size_t(K::inner_axis)]) * sizeof(typename G::value_type)) +
+           64;
   }
 }
 
 /// Runs use u row by row into sink (body_at(o, row): the plain kernel's work for outer
-/// coordinate o, added into row).
+/// coordinate o, added into row). The sorted positions are cut into one range per thread at
+/// slice boundaries: a slice is summed and applied by one thread, in the same order whatever
+/// the thread count (the same bits); sink.begin runs first, on the calling thread.
 template <class Use, class Body>
 void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   using K = ad::kernel_traits<Use>;
@@ -139,11 +151,11 @@ void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   // (reserved by the pre-pass: host::executor::scratch_bytes)
   unsigned char* const mem = scratch().try_get<unsigned char>(fused_rows_bytes(u));
   std::size_t const pairs_bytes = detail::round_up_64(std::size_t(n) * sizeof(pair));
+  std::size_t const row_bytes = detail::round_up_64(std::size_t(n_in) * sizeof(T));
   pair* const made = reinterpret_cast<pair*>(mem);
   pair* const tmp = reinterpret_cast<pair*>(mem + pairs_bytes);
   index_t* const count = reinterpret_cast<index_t*>(mem + 2 * pairs_bytes);
-  T* const row = reinterpret_cast<T*>(mem + 2 * pairs_bytes +
-                                      detail::round_up_64(std::size_t(detail::radix_size + 1) * sizeof(index_t)));
+  unsigned char* const rows_mem = mem + 2 * pairs_bytes + detail::round_up_64(std::size_t(detail::radix_size + 1) * sizeof(index_t));
   auto const& comp = get<G::axis>(u.map_);
   index_t max_slice = 0;
   {
@@ -157,17 +169,39 @@ void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   }
   // by slice, ties by coordinate (the order made): the plain kernel's order
   pair const* const order = detail::radix_by_slice(made, tmp, n, max_slice, count);
-  coord<RD> o{};
-  for (index_t k = 0; k < n;) {
-    index_t const id = order[k].first;
-    for (index_t i = 0; i < n_in; ++i) row[i] = T(0);
-    for (; k < n && order[k].first == id; ++k) {
-      o[J] = order[k].second;
-      body_at(o, row);
-    }
-    sink.apply(sink.ctx, id, row);
-    ++sink.rows;
+  sink.begin(sink.ctx);
+  // one range per thread when the rows are worth it, cut where the slice changes
+  index_t tasks = 1;
+  if (n * n_in >= 2 * parallel_min_elements) tasks = fused_row_buffers();
+  if (tasks > n) tasks = n;
+  index_t cut[65];
+  index_t rows[64];
+  cut[0] = 0;
+  for (index_t t = 1; t < tasks; ++t) {
+    index_t b = n * t / tasks;
+    if (b < cut[t - 1]) b = cut[t - 1];
+    while (b > 0 && b < n && order[b].first == order[b - 1].first) ++b;
+    cut[t] = b;
   }
+  cut[tasks] = n;
+  auto task = [&](index_t t) {
+    T* const row = reinterpret_cast<T*>(rows_mem + std::size_t(t) * row_bytes);
+    index_t applied = 0;
+    coord<RD> o{};
+    for (index_t k = cut[t]; k < cut[t + 1];) {
+      index_t const id = order[k].first;
+      for (index_t i = 0; i < n_in; ++i) row[i] = T(0);
+      for (; k < cut[t + 1] && order[k].first == id; ++k) {
+        o[J] = order[k].second;
+        body_at(o, row);
+      }
+      sink.apply(sink.ctx, id, row);
+      ++applied;
+    }
+    rows[t] = applied;
+  };
+  pool().run(tasks, task);
+  for (index_t t = 0; t < tasks; ++t) sink.rows += rows[t];
 }
 
 }  // namespace gradix::host
