@@ -520,13 +520,25 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
     std::apply([&](auto*... p) { step_on(*p...); }, this->p_);
   }
   /// backward() with this step fused (training/fused.hpp; gradix::backward(e, optim::fused(opt))).
+  /// The step count advances before the backward (rows applied inside its kernels use it) and
+  /// goes back when the call fails.
   template <class Run>
   auto fused_step(Run&& backward) {
-    return this->run_fused(
-        this->p_, backward, [&](bool const*, auto&... q) { step_on(q...); },
-        [](auto&... q) { return std::tuple{(void(q), detail::no_rows{})...}; });
+    ++this->t_;
+    struct undo {
+      std::int64_t* t;
+      bool done = false;
+      ~undo() {
+        if (!done) --*t;
+      }
+    } u{&this->t_};
+    auto r = this->run_fused(
+        this->p_, backward, [&](bool const* skip, auto&... q) { steps(skip, q...); },
+        [&](auto&... q) { return rows_of(q...); });
+    u.done = true;
+    return r;
   }
-  using detail::fused_buffers<P...>::fused_rows_applied;  // 0: no row-by-row form
+  using detail::fused_buffers<P...>::fused_rows_applied;
   /// adam's state and the step at which each slice was last updated ("last.K").
   template <class F>
   void visit_state(F&& f) {
@@ -549,31 +561,74 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
     } else {
       detail::values<Q> const val(p);
       for_each_grad_slice(p, [&](index_t id) {
-        std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
-        last[std::size_t(id)] = this->t_;
-        T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
-        T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
-        gradix::detail::slice_runs(p, id, [&](index_t off, T const* g, index_t n) {
-          auto* const wr = w + off;
-          T* const mr = m + off;
-          T* const vr = v + off;
-          if (skipped > 0)
-            for (index_t e = 0; e < n; ++e) {
-              mr[e] *= d1;
-              vr[e] *= d2;
-            }
-          if constexpr (detail::values<Q>::narrow) base::update_values(k, val, off, mr, vr, g, n);
-          else base::update_run(k, wr, mr, vr, g, n);
-        });
+        slice_step(k, val, w, m, v, last, id,
+                   [&](auto&& run) { gradix::detail::slice_runs(p, id, run); });
       });
     }
+  }
+  /// The step of slice id, its runs given by runs(f) as f(offset, gradient or null, length):
+  /// the moments catch up the skipped steps' decay, then the Adam update.
+  template <class T, class Val, class S, class Last, class Runs>
+  void slice_step(typename base::template coefs<T> const& k, Val const& val, S* w, T* m, T* v, Last& last, index_t id,
+                  Runs&& runs) const {
+    std::int64_t const skipped = this->t_ - last[std::size_t(id)] - 1;
+    last[std::size_t(id)] = this->t_;
+    T const d1 = skipped > 0 ? T(std::pow(this->o_.beta1, double(skipped))) : T(1);
+    T const d2 = skipped > 0 ? T(std::pow(this->o_.beta2, double(skipped))) : T(1);
+    runs([&](index_t off, T const* g, index_t n) {
+      T* const mr = m + off;
+      T* const vr = v + off;
+      if (skipped > 0)
+        for (index_t e = 0; e < n; ++e) {
+          mr[e] *= d1;
+          vr[e] *= d2;
+        }
+      if constexpr (Val::narrow) base::update_values(k, val, off, mr, vr, g, n);
+      else base::update_run(k, w + off, mr, vr, g, n);
+    });
   }
   template <class... Q>
   void step_on(Q&... q) {
     ++this->t_;
+    steps(nullptr, q...);
+  }
+  /// The step at the current step count (skip[K]: parameter K's rows are all applied).
+  template <class... Q>
+  void steps(bool const* skip, Q&... q) {
     [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (one(q, std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_)), ...);
+      ((skip && skip[K] ? void() : one(q, std::get<K>(this->m_), std::get<K>(this->v_), std::get<K>(last_))), ...);
     }(std::index_sequence_for<P...>{});
+  }
+  /// The row-by-row form of the step (fused_buffers::run_fused): a parameter whose slices are
+  /// contiguous rows, with sparse storage (a dense storage's step may visit every slice, and
+  /// a visited slice's moments decay even without a gradient).
+  template <class Q>
+  struct rows_step {
+    using grad_type = compute_type_t<typename Q::value_type>;
+    lazy_adam* self;
+    Q* q;
+    detail::value_tensor_t<Q>* m;
+    detail::value_tensor_t<Q>* v;
+    detail::slice_state_t<Q, std::int64_t>* last;
+    std::optional<detail::values<Q>> val;  // made before the first row: the step's rounding key
+    std::optional<typename base::template coefs<grad_type>> k;
+    bool eligible() const { return detail::flat_slices_v<Q> && gradix::detail::param_storage_t<Q>::sparse; }
+    void begin() {
+      if (!val) val.emplace(*q);
+      if (!k) k.emplace(self->template coefs_now<grad_type>());
+    }
+    void apply(index_t id, grad_type const* g) {
+      index_t const n = detail::slice_size(*q);
+      self->slice_step(*k, *val, q->value().data(), m->data(), v->data(), *last, id,
+                       [&](auto&& run) { run(id * n, g, n); });
+    }
+  };
+  template <class... Q>
+  auto rows_of(Q&... q) {
+    return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return std::tuple<rows_step<Q>...>{rows_step<Q>{this, &q, &std::get<K>(this->m_), &std::get<K>(this->v_),
+                                                      &std::get<K>(last_), std::nullopt, std::nullopt}...};
+    }(std::index_sequence_for<Q...>{});
   }
   std::tuple<detail::slice_state_t<P, std::int64_t>...> last_;
 };
