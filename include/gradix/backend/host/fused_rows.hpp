@@ -132,7 +132,7 @@ std::size_t fused_rows_bytes(Use const& u) {
 /// Runs use u row by row into sink (body_at(o, row): the plain kernel's work for outer
 /// coordinate o, added into row). The sorted positions are cut into one range per thread at
 /// slice boundaries: a slice is summed and applied by one thread, in the same order whatever
-/// the thread count (the same bits); sink.begin runs first, on the calling thread.
+/// the thread count (the same bits); sink.begin runs first, on the calling thread, rows or not.
 template <class Use, class Body>
 void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   using K = ad::kernel_traits<Use>;
@@ -147,6 +147,7 @@ void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   bool empty = false;
   for (std::size_t j = 0; j < RD; ++j) empty = empty || ext[j] == 0;
   sink.applied = true;
+  sink.begin(sink.ctx);  // (also with no rows: the unfused step draws its rounding key either way)
   if (empty) return;
   // (reserved by the pre-pass: host::executor::scratch_bytes)
   unsigned char* const mem = scratch().try_get<unsigned char>(fused_rows_bytes(u));
@@ -169,7 +170,6 @@ void run_rows(Use const& u, gradix::detail::fused_sink& sink, Body&& body_at) {
   }
   // by slice, ties by coordinate (the order made): the plain kernel's order
   pair const* const order = detail::radix_by_slice(made, tmp, n, max_slice, count);
-  sink.begin(sink.ctx);
   // one range per thread when the rows are worth it, cut where the slice changes
   index_t tasks = 1;
   if (n * n_in >= 2 * parallel_min_elements) tasks = fused_row_buffers();
