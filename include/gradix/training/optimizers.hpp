@@ -592,6 +592,12 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
     ++this->t_;
     steps(nullptr, q...);
   }
+  /// k = the coefficients at the current step count (nvcc's front end does not take
+  /// `self->template coefs_now<T>()` from a nested class).
+  template <class K>
+  void coefs_into(std::optional<K>& k) const {
+    k.emplace(this->template coefs_now<decltype(K::lr)>());
+  }
   /// The step at the current step count (skip[K]: parameter K's rows are all applied).
   template <class... Q>
   void steps(bool const* skip, Q&... q) {
@@ -615,7 +621,7 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
     bool eligible() const { return detail::flat_slices_v<Q> && gradix::detail::param_storage_t<Q>::sparse; }
     void begin() {
       if (!val) val.emplace(*q);
-      if (!k) k.emplace(self->template coefs_now<grad_type>());
+      if (!k) self->coefs_into(k);
     }
     void apply(index_t id, grad_type const* g) {
       index_t const n = detail::slice_size(*q);
