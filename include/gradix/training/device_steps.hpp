@@ -16,7 +16,10 @@
 /// Adagrad: an element with gradient 0 does not move). Per-slice state (SGD's first-step
 /// flags, lazy Adam's last step) lives in device arrays indexed by the position along the
 /// sparse axis, written by a second kernel over the stored slices once the elements are done.
-/// Never run on a GPU; the emulator suite compares them with the host's steps.
+/// A half-width parameter (bfloat16, half) is read widened and written rounded, once per
+/// element and step (`rounded_values`, the host's optim::detail::values): its gradient and
+/// state are float. Never run on a GPU; the emulator suite compares them with the host's
+/// steps (tests/cuda/optim_test.cpp, to the bit for the half-width parameters).
 
 #include "gradix/backend/grid/grad.hpp"
 #include "gradix/backend/grid/launch.hpp"
@@ -24,7 +27,9 @@
 #include "gradix/config.hpp"
 #include "gradix/core/array.hpp"
 #include "gradix/core/coords.hpp"
+#include "gradix/core/half.hpp"
 #include "gradix/core/layout.hpp"
+#include "gradix/core/rng.hpp"
 #include "gradix/core/tensor.hpp"
 
 #include <cmath>
@@ -110,7 +115,7 @@ struct per_slice_kernel {
 /// a dense storage always all_dense).
 template <int Kind, class P, class F>
 void visit(P& p, F const& f) {
-  using T = typename P::value_type;
+  using T = compute_type_t<typename P::value_type>;  // the gradient's type
   using S = typename P::shape_type;
   using Lay = typename P::layout_type;
   using G = typename P::storage_type;
@@ -174,23 +179,56 @@ void per_slice(P& p, F const& f) {
 
 // The element updates (GRADIX_HOST_DEVICE functors: the same formulas as the host's).
 
+/// A device parameter's values as an element update reads and writes them: widened on read;
+/// rounded on write to nearest (ties to even) or stochastically, with the step's key
+/// (element k draws rng::bits(key, k), as on the host: the same bits for any launch shape).
+template <class S>
+struct rounded_values {
+  using T = compute_type_t<S>;
+  S* w;
+  bool stochastic = false;
+  std::uint64_t key = 0;
+  GRADIX_HOST_DEVICE T get(index_t off) const { return T(w[off]); }
+  GRADIX_HOST_DEVICE void put(index_t off, T v) const {
+    if constexpr (is_half_width_v<S>) {
+      if (stochastic) w[off] = round_stochastic<S>(v, std::uint32_t(rng::bits(key, std::uint64_t(off))));
+      else w[off] = S(v);
+    } else {
+      w[off] = v;
+    }
+  }
+};
+/// The values of device parameter p for one step (a stochastic rounding draws the step's key
+/// here, once, as the host's step does).
+template <class P>
+rounded_values<typename P::value_type> rounded_values_of(P& p) {
+  rounded_values<typename P::value_type> r{p.value().data()};
+  if constexpr (is_half_width_v<typename P::value_type>) {
+    r.stochastic = p.rounding().stochastic;
+    if (r.stochastic) r.key = p.next_rounding_key();
+  }
+  return r;
+}
+
 /// SGD: g += wd * w; with momentum b = fresh ? g : mu * b + damp * g, g = nesterov ? g + mu * b
 /// : b; w -= lr * g. fresh: the slice's first step (per position, or one flag for dense).
-template <class T>
+template <class S>
 struct sgd_update {
-  T* w;
+  using T = compute_type_t<S>;
+  rounded_values<S> w;
   T* b;                          // momentum buffer (null without momentum)
   unsigned char const* first;    // per position along the storage's axis (momentum only)
   T lr, wd, mu, damp;
   bool nesterov;
   GRADIX_HOST_DEVICE void operator()(index_t off, T g, index_t id) const {
-    if (wd != T(0)) g += wd * w[off];
+    T const wv = w.get(off);
+    if (wd != T(0)) g += wd * wv;
     if (mu != T(0)) {
       bool const fresh = first[id] != 0;
       b[off] = fresh ? g : T(mu * b[off] + damp * g);
       g = nesterov ? T(g + mu * b[off]) : b[off];
     }
-    w[off] -= lr * g;
+    w.put(off, wv - lr * g);
   }
 };
 /// After an SGD step with momentum: the slices it visited are no longer fresh.
@@ -200,15 +238,17 @@ struct clear_flag {
 };
 
 /// Adagrad: g += wd * w; s += g^2; w -= lr * g / (sqrt(s) + eps).
-template <class T>
+template <class S>
 struct adagrad_update {
-  T* w;
+  using T = compute_type_t<S>;
+  rounded_values<S> w;
   T* s;
   T lr, wd, eps;
   GRADIX_HOST_DEVICE void operator()(index_t off, T g, index_t) const {
-    if (wd != T(0)) g += wd * w[off];
+    T const wv = w.get(off);
+    if (wd != T(0)) g += wd * wv;
     s[off] += g * g;
-    w[off] -= lr * g / (T(std::sqrt(s[off])) + eps);
+    w.put(off, wv - lr * g / (T(std::sqrt(s[off])) + eps));
   }
 };
 
@@ -216,9 +256,10 @@ struct adagrad_update {
 /// catch-up of the moment decay for the steps a slice skipped (last: per position, null for
 /// dense Adam; the factors pow(beta1, skipped), pow(beta2, skipped) in double from the
 /// options' betas, then rounded to T, as the host does).
-template <class T>
+template <class S>
 struct adam_update {
-  T* w;
+  using T = compute_type_t<S>;
+  rounded_values<S> w;
   T* m;
   T* v;
   std::int64_t const* last;  // lazy Adam: the step of each position's previous update (0: none)
@@ -233,10 +274,11 @@ struct adam_update {
         v[off] *= T(std::pow(beta2, double(skipped)));
       }
     }
-    g += wd * w[off];
+    T const wv = w.get(off);
+    g += wd * wv;
     m[off] = b1 * m[off] + (T(1) - b1) * g;
     v[off] = b2 * v[off] + (T(1) - b2) * g * g;
-    w[off] = decay * w[off] - lr * (m[off] * c1) / (T(std::sqrt(v[off])) * c2 + eps);
+    w.put(off, decay * wv - lr * (m[off] * c1) / (T(std::sqrt(v[off])) * c2 + eps));
   }
 };
 /// After a lazy Adam step: the stored slices were updated at step t.
@@ -253,13 +295,14 @@ grid::device_tensor<T, shape<dyn>, L> filled(L& l, index_t n, T v) {
   for (index_t k = 0; k < n; ++k) h(k) = v;
   return grid::device_tensor<T, shape<dyn>, L>::from_host(l, h);
 }
-/// The state tensor of a device parameter p (its shape and layout), each element v.
+/// The state tensor of a device parameter p (its shape and layout, its compute type: float
+/// for a half-width parameter), each element v.
 template <class P>
-auto state_like(P& p, typename P::value_type v) {
-  using D = grid::device_tensor<typename P::value_type, typename P::shape_type, typename P::launcher_type,
-                                typename P::layout_type>;
-  if (v == typename P::value_type(0)) return D::zeros(p.launcher(), p.value().shape());
-  tensor<typename P::value_type, typename P::shape_type, typename P::layout_type> h(p.value().shape());
+auto state_like(P& p, compute_type_t<typename P::value_type> v) {
+  using T = compute_type_t<typename P::value_type>;
+  using D = grid::device_tensor<T, typename P::shape_type, typename P::launcher_type, typename P::layout_type>;
+  if (v == T(0)) return D::zeros(p.launcher(), p.value().shape());
+  tensor<T, typename P::shape_type, typename P::layout_type> h(p.value().shape());
   for (index_t k = 0; k < h.size(); ++k) h.data()[k] = v;
   return D::from_host(p.launcher(), h);
 }

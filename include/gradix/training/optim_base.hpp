@@ -42,7 +42,7 @@ namespace gradix {
 namespace optim {
 
 namespace detail {
-/// A parameter's state tensor (its shape and layout): a host tensor, or a device tensor on
+/// A parameter's state tensor (its shape and layout, its compute type): a host tensor, or a device tensor on
 /// the parameter's launcher for a device parameter (training/device_steps.hpp).
 template <class P, bool Device = device::is_device_param_v<P>>
 struct value_tensor {
@@ -50,8 +50,8 @@ struct value_tensor {
 };
 template <class P>
 struct value_tensor<P, true> {
-  using type = grid::device_tensor<typename P::value_type, typename P::shape_type, typename P::launcher_type,
-                                   typename P::layout_type>;
+  using type = grid::device_tensor<compute_type_t<typename P::value_type>, typename P::shape_type,
+                                   typename P::launcher_type, typename P::layout_type>;
 };
 template <class P>
 using value_tensor_t = typename value_tensor<P>::type;

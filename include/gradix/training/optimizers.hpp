@@ -198,7 +198,8 @@ class sgd : private detail::fused_buffers<P...> {
     if constexpr (device::is_device_param_v<Q>) {
       // the touched slices of a sparse storage, every element of a dense one (file comment of
       // training/device_steps.hpp); then the visited slices are no longer fresh
-      device::visit<1>(p, device::sgd_update<T>{w, b, mu != 0 ? first.data() : nullptr, lr, wd, mu, damp, o_.nesterov});
+      device::visit<1>(p, device::sgd_update<S>{device::rounded_values_of(p), b, mu != 0 ? first.data() : nullptr, lr,
+                                                wd, mu, damp, o_.nesterov});
       if (mu != 0) device::per_slice(p, device::clear_flag{first.data()});
       return;
     } else {
@@ -253,7 +254,7 @@ struct adagrad_elementwise {
     auto* const w = p.value().data();
     T* const s = sum.data();
     if constexpr (device::is_device_param_v<Q>) {
-      device::visit<1>(p, device::adagrad_update<T>{w, s, lr, wd, eps});
+      device::visit<1>(p, device::adagrad_update<typename Q::value_type>{device::rounded_values_of(p), s, lr, wd, eps});
     } else {
       values<Q> const val(p);
       visit_slices(p, o.weight_decay != 0, [&](index_t id) {
@@ -378,9 +379,10 @@ class adam_base {
             T(o_.decoupled ? 0 : o_.weight_decay), T(o_.decoupled ? 1 - o_.lr * o_.weight_decay : 1)};
   }
   /// The element update of a device step (training/device_steps.hpp), last: lazy Adam's.
-  template <class T>
-  device::adam_update<T> device_update(coefs<T> const& k, T* w, T* m, T* v, std::int64_t const* last) const {
-    return {w, m, v, last, t_, o_.beta1, o_.beta2, k.lr, k.b1, k.b2, k.c1, k.c2, k.eps, k.wd, k.decay};
+  template <class Q, class T>
+  device::adam_update<typename Q::value_type> device_update(Q& p, coefs<T> const& k, T* m, T* v,
+                                                            std::int64_t const* last) const {
+    return {device::rounded_values_of(p), m, v, last, t_, o_.beta1, o_.beta2, k.lr, k.b1, k.b2, k.c1, k.c2, k.eps, k.wd, k.decay};
   }
   /// update() over n consecutive elements (SIMD packs of the same operations, in the same
   /// order: the same bits).
@@ -468,7 +470,7 @@ class adam : public detail::adam_base<P...>, private detail::fused_buffers<P...>
     T* const m = mt.data();
     T* const v = vt.data();
     if constexpr (device::is_device_param_v<Q>) {  // every element (the dense algorithm)
-      device::visit<2>(p, this->device_update(k, w, m, v, nullptr));
+      device::visit<2>(p, this->device_update(p, k, m, v, nullptr));
     } else if constexpr (detail::values<Q>::narrow) {
       detail::values<Q> const val(p);
       index_t const n = gradix::detail::slice_count(p);
@@ -556,7 +558,7 @@ class lazy_adam : public detail::adam_base<P...>, private detail::fused_buffers<
     T* const v = vt.data();
     if constexpr (device::is_device_param_v<Q>) {
       // the stored slices of a sparse storage (every slice of a dense one), then their last step
-      device::visit<1>(p, this->device_update(k, w, m, v, last.data()));
+      device::visit<1>(p, this->device_update(p, k, m, v, last.data()));
       device::per_slice(p, device::set_last{last.data(), this->t_});
     } else {
       detail::values<Q> const val(p);

@@ -9,16 +9,24 @@
 /// The value's memory is fixed for the parameter's life (write into it with `upload` or
 /// grid::assign; it cannot be replaced by another tensor), so an expression's view of it
 /// stays valid. Not copyable; moving keeps the storage in place (expressions point at it).
+///
+/// The value may be half-width (gx::bfloat16, gx::half: storage only, docs/ops.md): the
+/// gradient storage and an optimizer's state are then float, and an optimizer's update rounds
+/// into the value once per element and step, to nearest (ties to even) or stochastically
+/// (`set_rounding`), as for a host parameter (docs/optim.md, "Half-width parameters").
 
 #include "gradix/backend/grid/grad.hpp"
 #include "gradix/backend/grid/memory.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
+#include "gradix/core/half.hpp"
+#include "gradix/core/rng.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/expr/index.hpp"
 #include "gradix/expr/param.hpp"
 #include "gradix/grad/storage.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -36,7 +44,7 @@ class device_parameter {
   using grad_spec = Spec;
   using launcher_type = L;
   static constexpr std::size_t rank = Shape::rank;
-  using storage_type = device_grad_t<T, Shape, Layout, Spec, L>;
+  using storage_type = device_grad_t<compute_type_t<T>, Shape, Layout, Spec, L>;  // float for bfloat16, half
   using node_type = param_node<tensor_view<T const, Shape, Layout, cuda_space>, storage_type>;
 
   explicit device_parameter(device_tensor<T, Shape, L, Layout> value)
@@ -50,6 +58,19 @@ class device_parameter {
   storage_type const& grad() const { return impl_->grad_; }
   Shape const& shape() const { return impl_->value_.shape(); }
   L& launcher() const { return impl_->value_.launcher(); }
+
+  /// How optimizer updates round into a half-width value (as gx::parameter's: to nearest,
+  /// ties to even, unless set to `stochastic_rounding(seed)`; ignored for other types).
+  gradix::rounding rounding() const { return impl_->rounding_; }
+  void set_rounding(gradix::rounding r) {
+    impl_->rounding_ = r;
+    impl_->updates_ = 0;
+  }
+  /// Updates rounded so far under the current rounding (the counter stochastic rounding draws from).
+  std::uint64_t rounded_updates() const { return impl_->updates_; }
+  void set_rounded_updates(std::uint64_t n) { impl_->updates_ = n; }
+  /// The random-bits key of the next update (and counts it): rng::bits(seed, n).
+  std::uint64_t next_rounding_key() { return rng::bits(impl_->rounding_.seed, impl_->updates_++); }
 
   /// The leaf node that expressions hold.
   node_type node() const {
@@ -74,6 +95,8 @@ class device_parameter {
         : value_(std::move(v)), grad_(value_.launcher(), value_.shape()) {}
     device_tensor<T, Shape, L, Layout> value_;
     storage_type grad_;
+    gradix::rounding rounding_{};
+    std::uint64_t updates_ = 0;
   };
   std::unique_ptr<impl> impl_;
 };
@@ -82,7 +105,9 @@ class device_parameter {
 /// `grid::param(l, std::move(t), sparse_grad<1>)`.
 template <class T, class S, class L, class Layout, class Spec = dense_grad_t<0>>
 auto param(device_tensor<T, S, L, Layout> value, Spec = {}) {
-  static_assert(std::is_floating_point_v<T>, "gradix::grid::param: a parameter's elements are floating point");
+  static_assert(std::is_floating_point_v<T> || is_half_width_v<T>,
+                "gradix::grid::param: a parameter's elements are floating point (float, double, "
+                "gx::bfloat16 or gx::half)");
   static_assert(Spec::axis < S::rank || (S::rank == 0 && !Spec::sparse),
                 "gradix::grid::param: the gradient axis is out of range for the tensor's rank (a "
                 "rank-0 parameter takes dense_grad only)");
