@@ -5,7 +5,8 @@
 // value), a whole MLP step, and the tutorial's model (examples/tutorial.cpp) trained for 12
 // steps by lazy Adam on both; values and gradients to rounding (the device sums a row in
 // index order, the host in SIMD lanes; products agree to the gemm's rounding), for every
-// launch configuration of the suite, and grad() beside backward(). Suite `emulator`.
+// launch configuration of the suite, and grad() beside backward(). A scan's forward
+// (grid::eval, grid::value) and its launches per step. Suite `emulator`.
 #include "cuda/device_test_util.hpp"
 #include "cuda/emulator.hpp"
 
@@ -114,6 +115,48 @@ TEST_CASE("device models: a recurrence (gx::scan) whose body holds a product, re
         return gx::sum(gx::square(z - y));
       },
       "scan");
+}
+
+TEST_CASE("device models: a scan's forward (grid::value, grid::eval) and its launches per step") {
+  // an Elman layer with its input's product taken out of the loop (xw = x Wx for every step
+  // at once, as cuDNN does): a step is one product and one elementwise kernel forward; the
+  // reverse sweep's step is one kernel and two products (the carry's adjoint and Wh's
+  // gradient accumulate straight into their buffers: nothing copied per step)
+  auto const hwh = gx::randn<float>(gx::dims(6, 6), 4, 0.0, 0.3);
+  auto const hc0 = gx::randn<float>(gx::dims(4, 6), 2, 0.0, 0.5);
+  index_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
+  for (index_t steps : {4, 8}) {
+    INFO("steps " << steps);
+    auto const hxw = gx::randn<float>(gx::dims(steps, 4, 6), 1, 0.0, 0.5);
+    auto hp = gx::param(hwh);
+    auto body = [](auto& wh) { return [&wh](auto h, auto xt) { return gx::tanh(xt + gx::matmul(h, wh)); }; };
+    auto const hs = gx::eval(gx::scan(hc0, hxw, body(hp)));
+    float const hv = gx::backward(gx::sum(gx::square(gx::scan(hc0, hxw, body(hp)))));
+    auto const hg = hp.grad().to_dense();
+    launcher l;
+    {
+      auto dxw = to_device(l, hxw);
+      auto dc0 = to_device(l, hc0);
+      auto dp = grid::param(to_device(l, hwh));
+      index_t a = l.launches();
+      auto const ds = grid::eval(l, gx::scan(dc0.view(), dxw.view(), body(dp)));
+      fwd[steps == 8] = l.launches() - a;
+      CHECK(max_rel(ds.download(), hs) <= 1e-5);
+      float const dv = grid::value(l, gx::sum(gx::square(gx::scan(dc0.view(), dxw.view(), body(dp)))));
+      CHECK(std::abs(dv - hv) <= 1e-5 * (1 + std::abs(hv)));
+      a = l.launches();
+      float const db = grid::backward(l, gx::sum(gx::square(gx::scan(dc0.view(), dxw.view(), body(dp)))));
+      bwd[steps == 8] = l.launches() - a;
+      CHECK(std::abs(db - hv) <= 1e-5 * (1 + std::abs(hv)));
+      CHECK(max_rel(dp.grad().download(), hg) <= 1e-5);
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+  // launches that four more steps add, per step
+  CHECK((fwd[1] - fwd[0]) / 4 == 2);          // the product h Wh, then tanh(xw_t + .) into the carry
+  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 3);      // the forward's two, then the sweep's three
+  CHECK((fwd[1] - fwd[0]) % 4 == 0);
+  CHECK((bwd[1] - bwd[0]) % 4 == 0);
 }
 
 TEST_CASE("device models: softmax rows read by a product") {

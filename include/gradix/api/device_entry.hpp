@@ -20,6 +20,8 @@
 #include "gradix/config.hpp"
 #include "gradix/core/view.hpp"
 #include "gradix/expr/node.hpp"
+#include "gradix/expr/scan.hpp"
+#include "gradix/expr/visit.hpp"
 
 #if defined(__CUDACC__)
 #include "gradix/backend/cuda/launch.hpp"
@@ -27,6 +29,22 @@
 
 #include <type_traits>
 #include <utility>
+
+namespace gradix::detail {
+/// Whether device expression N holds a scan: it has no evaluator (its steps run one after
+/// another), so a forward call runs it as backward does, through the save transform over
+/// grid::executor: the steps' kept values and carries in device buffers of the call.
+template <class N>
+inline constexpr bool runs_steps_v = any_node_v<N, is_scan_node>;
+/// f(e2) with e2 the device expression e with its scans (and the values they need) computed
+/// into the call's buffers on launcher l; index vectors in device memory checked first.
+template <class L, class E, class F>
+decltype(auto) run_steps_on(L& l, E const& e, grid::launch_options o, char const* op, F&& f) {
+  grid::validate_expression(l, e, o);
+  grid::executor<L> ex(l, grid::backward_options{grid::scatter_mode::atomic, o});
+  return run_with_saved_on<grid::executor<L>, false>(ex, e, op, f);
+}
+}  // namespace gradix::detail
 
 namespace gradix::grid {
 
@@ -41,7 +59,11 @@ auto eval(L& l, E const& e_in, launch_options o = {}) {
   using S = shape_of_t<N>;
   using Lay = ::gradix::detail::result_layout_t<layout_of_t<N>, S::rank>;
   device_tensor<T, S, L, Lay> out(l, e.shape());
-  assign(l, out.view(), e, o);
+  if constexpr (::gradix::detail::runs_steps_v<N>) {
+    ::gradix::detail::run_steps_on(l, e, o, "gradix::grid::eval", [&](auto const& e2) { assign(l, out.view(), e2, o); });
+  } else {
+    assign(l, out.view(), e, o);
+  }
   return out;
 }
 
@@ -52,7 +74,11 @@ auto value(L& l, E const& e_in, launch_options o = {}) {
   using N = decltype(e);
   static_assert(shape_of_t<N>::rank == 0,
                 "gradix::grid::value: the expression is not rank 0; reduce it (sum, mean, max) or use eval");
-  return detail::read_scalar(l, e, o);
+  if constexpr (::gradix::detail::runs_steps_v<N>)
+    return ::gradix::detail::run_steps_on(l, e, o, "gradix::grid::value",
+                                          [&](auto const& e2) { return detail::read_scalar(l, e2, o); });
+  else
+    return detail::read_scalar(l, e, o);
 }
 
 }  // namespace gradix::grid
@@ -102,7 +128,13 @@ struct device_entry {
   }
   template <class DT, class DS, class DL>
   static void assign(tensor_view<DT, DS, DL, cuda_space> const& dst, N const& e) {
-    if constexpr (device_launcher_available<N>()) grid::assign(device_call_launcher(e), dst, e);
+    if constexpr (device_launcher_available<N>()) {
+      auto&& l = device_call_launcher(e);
+      if constexpr (runs_steps_v<N>)
+        run_steps_on(l, e, {}, "gradix::assign", [&](auto const& e2) { grid::assign(l, dst, e2); });
+      else
+        grid::assign(l, dst, e);
+    }
   }
 };
 

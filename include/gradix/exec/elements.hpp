@@ -201,11 +201,11 @@ constexpr void adjoint_into(Ex& ex, P0 const& u0, G const& buf) {
   with_target(u0, buf, [&](auto const& p0) { run_element<Serial>(ex, p0); });
 }
 
-/// Whether gradient storage G is dense and row-major (host storages; a backend adds its own).
+/// Whether gradient storage G is dense and row-major: a parameter's dense storage on either
+/// backend, or an adjoint buffer of the call (a scan's carry adjoint, a kept node's), whose
+/// memory is one contiguous row-major block a gemm can accumulate into.
 template <class G>
-struct row_major_dense : std::false_type {};
-template <class T, class S, std::size_t Axis>
-struct row_major_dense<dense_grad_storage<T, S, row_major, Axis>> : std::true_type {};
+struct row_major_dense : std::bool_constant<!G::sparse && (G::rank == 0 || G::unit_axis == int(G::rank) - 1)> {};
 
 /// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
 /// view of memory space Sp, at the identity) into a dense row-major gradient of the same
@@ -291,13 +291,14 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   }
 }
 
-/// The reverse sweep of a scan (ad::scan_use): the value's adjoint g (written first when it
-/// did not arrive as a buffer), then per step t from the last: the carry buffer the step adds
-/// into (scan_carry_grad) starts as g[t - 1] (the adjoint of carry t - 1 from outside the
-/// scan; zero for t = 0), the step's body is transformed again over the step's region (the
-/// last step's is the one the forward kept) and its plan runs, seeded with the other buffer
-/// (the whole adjoint of carry t); the placeholders' reads add the adjoints of carry t - 1
-/// and of x_t. Then the initial carry's and the inputs' plans.
+/// The reverse sweep of a scan (ad::scan_use): the value's adjoint g, in the node's gout_
+/// (written there first, or copied once when it arrived in another buffer), then per step t
+/// from the last: the step's body is transformed again over the step's region (the last
+/// step's is the one the forward kept; every step's when the call kept them) and its plan
+/// runs, seeded with g[t] (complete: the whole adjoint of carry t); the placeholders' reads
+/// add the adjoint of carry t - 1 into g[t - 1] in place (scan_carry_grad; for t = 0 into
+/// ga_, cleared first) and of x_t into gxs_. Then the initial carry's and the inputs' plans.
+/// A step is its body's kernels and nothing else: no carry adjoint is copied.
 template <bool Serial, class Ex, class E>
 void run_scan(Ex& ex, E const& e) {
   auto const& k = e.node_->node();
@@ -313,9 +314,14 @@ void run_scan(Ex& ex, E const& e) {
   using CS = std::remove_cvref_t<decltype(cs)>;
   using CV = tensor_view<T const, CS, row_major, Sp>;
   std::size_t const c = std::size_t(cs.size()), x = std::size_t(xsh.size());
-  T const* g = e.g_.data_;
+  // the carries' adjoints accumulate in place in gout_ (scan_carry_grad): the value's
+  // adjoint is copied there once when it arrived in another buffer
+  if (e.g_.data_ != k.gout_) {
+    using GS = shape_of_t<K>;
+    ex.assign(tensor_view<T, GS, row_major, Sp>(k.gout_, k.shape()), tensor_view<T const, GS, row_major, Sp>(e.g_.data_, k.shape()));
+  }
+  T* const g = k.gout_;
   if (k.gxs_) ex.clear(k.gxs_, index_t(std::size_t(steps) * x));
-  ex.assign(tensor_view<T, CS, row_major, Sp>(k.ga_, cs), CV(g + std::size_t(steps - 1) * c, cs));
   saved_sizes z;
   z.nf = k.region_.nf;
   z.nd = k.region_.nd;
@@ -328,10 +334,9 @@ void run_scan(Ex& ex, E const& e) {
   constexpr std::size_t RC = CS::rank;
   using MV = tensor_view<T, CS, row_major, Sp>;
   for (index_t t = steps - 1; t >= 0; --t) {
-    T* gc = scan_carry_grad(t, steps, k.ga_, k.gb_);
-    T* gnext = gc == k.ga_ ? k.gb_ : k.ga_;
-    if (t > 0) ex.assign(MV(gc, cs), CV(g + std::size_t(t - 1) * c, cs));
-    else ex.clear(gc, index_t(c));
+    T* const gc = scan_carry_grad(t, c, k.ga_, g);  // the adjoint of carry t - 1 so far
+    T* const gnext = g + std::size_t(t) * c;         // the whole adjoint of carry t
+    if (t == 0) ex.clear(gc, index_t(c));
     if (t >= k.ran_) {  // no step ran: carry t is carry t - 1
       ex.assign(MV(gc, cs), CV(gc, cs) + CV(gnext, cs));
       continue;
@@ -358,7 +363,7 @@ void run_scan(Ex& ex, E const& e) {
       run_elements<Serial>(ex, e.step(e2, gnext));
     }
   }
-  run_elements<Serial>(ex, e.carry(scan_carry_grad(index_t(0), steps, k.ga_, k.gb_)));
+  run_elements<Serial>(ex, e.carry(k.ga_));
   run_elements<Serial>(ex, e.input());
 }
 

@@ -199,7 +199,7 @@ template <class Ex, bool Under, class N>
 constexpr void count_saved(N const& n, saved_sizes& z) {
   if constexpr (is_scan_node<N>::value) {
     // its operands' kept values; the carries, carry -1, the inputs; in a backward call the
-    // value's adjoint, two carry adjoints and the inputs' adjoint; one step's own values
+    // value's adjoint, the initial carry's adjoint and the inputs' adjoint; one step's own values
     using T = value_type_t<N>;
     count_saved<Ex, true>(n.c0_, z);
     count_saved<Ex, true>(n.xs_, z);
@@ -207,7 +207,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     std::size_t const x = steps ? std::size_t(n.xs_.shape().size()) / steps : 0;
     z.template add<T>(steps * c + c + steps * x);
     if (z.argmax) {
-      z.template add_adjoint<T>(steps * c + 2 * c);
+      z.template add_adjoint<T>(steps * c + c);
       if constexpr (N::input_name::reaches_param) z.template add_adjoint<T>(steps * x);
     }
     if constexpr (N::options::has_lengths || N::options::has_stop)
@@ -504,11 +504,14 @@ constexpr auto scan_active(index_t const* len, index_t rows, index_t t) {
   tensor_view<index_t const, shape<dyn>, row_major, Sp> l(len, dims(rows));
   return ::gradix::cast<T>(batch_column<R>(l) > t);
 }
-/// The carry adjoint buffer step t of a sweep over `steps` adds into: the last step's is gb,
-/// and the two alternate (the other holds the adjoint of the carry the step produced).
+/// Where step t of a reverse sweep adds the adjoint of carry t - 1 (its carry placeholder's
+/// reads): in place, into the value's adjoint gout at row t - 1 (which already holds the
+/// adjoint reaching carry t - 1 from outside the scan), and for t = 0 into ga, the initial
+/// carry's adjoint. So no step copies a carry adjoint. (Null in a call without a backward.)
 template <class T>
-constexpr T* scan_carry_grad(index_t t, index_t steps, T* ga, T* gb) {
-  return (steps - 1 - t) % 2 == 0 ? gb : ga;
+constexpr T* scan_carry_grad(index_t t, std::size_t c, T* ga, T* gout) {
+  if (!gout) return nullptr;
+  return t == 0 ? ga : gout + std::size_t(t - 1) * c;
 }
 /// A scan kept: its operands transformed, c0 and the inputs computed into buffers of the
 /// call, then each step's body transformed over one step's region (its own kept values:
@@ -545,11 +548,10 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   T* xb = s.template take<T>(std::size_t(steps) * x);
   using XsS = shape_of_t<decltype(xs2)>;
   s.ex().assign(tensor_view<T, XsS, row_major, Sp>(xb, xs2.shape()), xs2);
-  T *gout = nullptr, *ga = nullptr, *gb = nullptr, *gxs = nullptr;
+  T *gout = nullptr, *ga = nullptr, *gxs = nullptr;
   if (s.argmax()) {
     gout = s.template take_adjoint<T>(std::size_t(steps) * c);
     ga = s.template take_adjoint<T>(c);
-    gb = s.template take_adjoint<T>(c);
     if constexpr (XN::reaches_param) gxs = s.template take_adjoint<T>(std::size_t(steps) * x);
   }
   saved_sizes const zs = scan_step_sizes<Ex>(n, s.argmax());
@@ -574,7 +576,7 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   auto const* vx = s.keep_node(var_node<XN>{xsh});
   auto body_at = [&](index_t t) {
     return scan_body_at(n, vc, vx, cs, xsh, static_cast<T const*>(t == 0 ? cinit : h + std::size_t(t - 1) * c),
-                        static_cast<T const*>(xb + std::size_t(t) * x), scan_carry_grad(t, steps, ga, gb),
+                        static_cast<T const*>(xb + std::size_t(t) * x), scan_carry_grad(t, c, ga, gout),
                         gxs ? gxs + std::size_t(t) * x : nullptr);
   };
   // each row's number of steps (with lengths or a stop condition), and the steps that run:
@@ -632,7 +634,6 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   k.x_ = xb;
   k.gout_ = gout;
   k.ga_ = ga;
-  k.gb_ = gb;
   k.gxs_ = gxs;
   k.region_ = r;
   k.last_ = last;

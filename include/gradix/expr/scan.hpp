@@ -161,11 +161,11 @@ struct scanned {
   T const* h_ = nullptr;      // the carries, [steps, C...] row-major (the value)
   T const* c_init_ = nullptr;  // carry -1 (c0's value), C row-major
   T const* x_ = nullptr;       // the inputs, [steps, X...] row-major
-  // in a backward call: the adjoint of the value, two carry adjoints, the inputs' adjoint
-  // (null when no gradient reaches xs)
+  // in a backward call: the adjoint of the value (the reverse sweep accumulates the carries'
+  // adjoints in it, in place), the initial carry's adjoint, the inputs' adjoint (null when
+  // no gradient reaches xs)
   T* gout_ = nullptr;
   T* ga_ = nullptr;
-  T* gb_ = nullptr;
   T* gxs_ = nullptr;
   scan_region region_{};       // the steps' own kept values
   Step const* last_ = nullptr;  // the last step's transformed body (its nodes kept by the call)

@@ -14,6 +14,8 @@
 #include "gradix/core/view.hpp"
 #include "gradix/eval/evaluator.hpp"
 #include "gradix/expr/node.hpp"
+#include "gradix/expr/scan.hpp"
+#include "gradix/expr/visit.hpp"
 
 #include <type_traits>
 
@@ -77,6 +79,9 @@ void assign(L& l, tensor_view<DT, DS, DL, cuda_space> const& dst, E const& e, la
                 "expression must be a cuda_space view");
   static_assert(shape_of_t<E>::rank == DS::rank,
                 "gradix::grid::assign: the destination and the expression have different ranks");
+  static_assert(!::gradix::detail::any_node_v<E, is_scan_node>,
+                "gradix::grid::assign: the expression holds a gx::scan, whose steps run one after "
+                "another: use grid::eval(l, e) or grid::value(l, e), or gx::assign(dst, e)");
   if (!(dst.shape() == e.shape()))
     ::gradix::detail::fail("gradix::grid::assign: destination shape ", to_string(dst.shape()),
                            " differs from expression shape ", to_string(e.shape()));
