@@ -44,6 +44,11 @@ double max_rel(A const& a, B const& b) {
 // the rows each step gathers (row 7 first at step 4; rows 0 and 3 skip steps)
 std::vector<std::vector<std::int32_t>> const rows_of_step = {{0, 3, 3, 5}, {1, 5}, {0, 2, 5}, {3, 7, 1}, {0, 0, 6}};
 
+/// The loss of every step: the rows i of p, squared and scaled by c, plus the rows.
+auto loss_of = [](auto& p, auto const& i, auto const& c) {
+  return gx::sum(gx::square(gx::gather<0>(p, i)) * c + gx::gather<0>(p, i));
+};
+
 /// Five steps of make_opt's optimizer on a host and a device parameter (Spec: dense_grad or
 /// sparse_grad<0>), comparing the values after each.
 template <class Spec, class MakeOpt>
@@ -61,10 +66,10 @@ void check_optimizer(MakeOpt const& make_opt, std::string const& name) {
     auto const hi = index_tensor(rows_of_step[step]);
     auto di = to_device(l, hi);
     hopt.zero_grad();
-    gx::backward(gx::sum(gx::square(gx::gather<0>(hp, hi)) * hc + gx::gather<0>(hp, hi)));
+    gx::backward(loss_of(hp, hi, hc));
     hopt.step();
     dopt.zero_grad();
-    grid::backward(l, gx::sum(gx::square(gx::gather<0>(dp, di.view())) * dc.view() + gx::gather<0>(dp, di.view())));
+    grid::backward(l, loss_of(dp, di.view(), dc.view()));
     dopt.step();
     CHECK(max_rel(dp.value().download(), hp.value()) <= 1e-12);
   }
@@ -94,9 +99,9 @@ void check_half(MakeOpt const& make_opt, std::string const& name, gx::rounding r
       auto const hi = index_tensor(rows_of_step[step]);
       auto di = to_device(l, hi);
       hopt.zero_grad();
-      gx::backward(gx::sum(gx::square(gx::gather<0>(hp, hi)) * hc + gx::gather<0>(hp, hi)));
+      gx::backward(loss_of(hp, hi, hc));
       dopt.zero_grad();
-      grid::backward(l, gx::sum(gx::square(gx::gather<0>(dp, di.view())) * dc.view() + gx::gather<0>(dp, di.view())));
+      grid::backward(l, loss_of(dp, di.view(), dc.view()));
       auto const hg = hp.grad().to_dense();
       auto const dg = dp.grad().download();
       for (index_t k = 0; k < hg.size(); ++k) REQUIRE(dg.data()[k] == hg.data()[k]);

@@ -179,9 +179,10 @@ void per_slice(P& p, F const& f) {
 
 // The element updates (GRADIX_HOST_DEVICE functors: the same formulas as the host's).
 
-/// A device parameter's values as an element update reads and writes them: widened on read;
+/// A parameter's values as an element update reads and writes them: widened on read;
 /// rounded on write to nearest (ties to even) or stochastically, with the step's key
-/// (element k draws rng::bits(key, k), as on the host: the same bits for any launch shape).
+/// (element k draws rng::bits(key, k): the same bits for any launch shape or thread count).
+/// The host's steps read theirs through it too (optim::detail::values).
 template <class S>
 struct rounded_values {
   using T = compute_type_t<S>;
@@ -198,7 +199,7 @@ struct rounded_values {
     }
   }
 };
-/// The values of device parameter p for one step (a stochastic rounding draws the step's key
+/// The values of parameter p (host or device) for one step (a stochastic rounding draws the step's key
 /// here, once, as the host's step does).
 template <class P>
 rounded_values<typename P::value_type> rounded_values_of(P& p) {

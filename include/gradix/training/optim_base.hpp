@@ -88,30 +88,12 @@ slice_state_t<Q, E> slices_of(Q& q, E v) {
 
 /// Reads and writes a host parameter's values in its compute type: a half-width value
 /// (bfloat16, half) is widened on read and rounded on write, once per element and step, to
-/// nearest (ties to even) or stochastically (the parameter's rounding(); core/half.hpp).
+/// nearest (ties to even) or stochastically (the parameter's rounding(); core/half.hpp):
+/// the device steps' rounded_values (training/device_steps.hpp), made for one step.
 template <class Q>
-struct values {
-  using S = typename Q::value_type;
-  using T = compute_type_t<S>;
-  static constexpr bool narrow = is_half_width_v<S>;
-  S* w_;
-  bool stochastic_ = false;
-  std::uint64_t key_ = 0;
-  explicit values(Q& p) : w_(p.value().data()) {
-    if constexpr (narrow) {
-      stochastic_ = p.rounding().stochastic;
-      if (stochastic_) key_ = p.next_rounding_key();
-    }
-  }
-  T get(index_t off) const { return T(w_[off]); }
-  void put(index_t off, T v) const {
-    if constexpr (narrow) {
-      if (stochastic_) w_[off] = round_stochastic<S>(v, std::uint32_t(rng::bits(key_, std::uint64_t(off))));
-      else w_[off] = S(v);
-    } else {
-      w_[off] = v;
-    }
-  }
+struct values : device::rounded_values<typename Q::value_type> {
+  static constexpr bool narrow = is_half_width_v<typename Q::value_type>;
+  explicit values(Q& p) : device::rounded_values<typename Q::value_type>(device::rounded_values_of(p)) {}
 };
 
 /// f(name + "." + K, element K) for each element of a tuple of per-parameter state (the

@@ -286,7 +286,7 @@ struct adagrad_elementwise {
     index_t e = 0;
 #if defined(GRADIX_HAS_VECTOR_EXT)
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      if (g && !val.stochastic_) {
+      if (g && !val.stochastic) {
         constexpr int W = simd::width<T>;
         using X = simd::pack<T, W>;
         X const lv = simd::splat<T, W>(lr), wdv = simd::splat<T, W>(wd), ev = simd::splat<T, W>(eps);

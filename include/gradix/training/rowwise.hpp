@@ -112,7 +112,7 @@ struct adagrad_rowwise {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       constexpr int W = simd::width<T>;
       using X = simd::pack<T, W>;
-      if (g && !val.stochastic_) {
+      if (g && !val.stochastic) {
         X const wdv = simd::splat<T, W>(wd), mv = simd::splat<T, W>(mult);
         for (; e + W <= len; e += W) {
           X gg = simd::load<T, W>(g + e);
