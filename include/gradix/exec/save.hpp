@@ -72,8 +72,21 @@ template <class A, std::size_t Axis>
 struct is_unsqueeze<unsqueeze_node<A, Axis>> : std::true_type {
   static constexpr std::size_t axis = Axis;
 };
+/// Whether X is a slice (index_range) or an at (index_at) along one axis: a view of its
+/// operand with the same rank.
+template <class X>
+struct is_range_index : std::false_type {};
+template <class A, std::size_t Axis>
+struct is_range_index<index_node<A, Axis, index_range>> : std::true_type {
+  static constexpr bool range = true;
+};
+template <class A, std::size_t Axis>
+struct is_range_index<index_node<A, Axis, index_at>> : std::true_type {
+  static constexpr bool range = false;
+};
 /// The data and strides of operand x when a product can read it in place: a view, a
-/// parameter, a kept value's buffer, and permutes and unsqueezes of those. false otherwise.
+/// parameter, a kept value's buffer, and permutes, unsqueezes, slices and ats of those.
+/// false otherwise.
 template <class Ex, class T, class X, std::size_t R>
 constexpr bool strided_of(X const& x, T const*& p, array<index_t, R>& st) {
   if constexpr (is_view_v<X>) {
@@ -98,6 +111,14 @@ constexpr bool strided_of(X const& x, T const*& p, array<index_t, R>& st) {
     array<index_t, R - 1> sa{};
     if (!strided_of<Ex, T>(x.arg_, p, sa)) return false;
     for (std::size_t j = 0, k = 0; j < R; ++j) st[j] = j == is_unsqueeze<X>::axis ? 1 : sa[k++];
+    return true;
+  } else if constexpr (is_range_index<X>::value) {
+    // a slice (or an at) of something read in place: its first element, and along its axis
+    // the stride times the step (an LSTM cell's h = slice(hc, 0, H) read with lda = 2H)
+    if (!strided_of<Ex, T>(x.arg_, p, st)) return false;
+    if (x.shape().extent(X::axis) == 0) return false;  // (nothing to point at)
+    p += st[X::axis] * x.idx_(0);
+    if constexpr (is_range_index<X>::range) st[X::axis] *= x.idx_.step_;
     return true;
   } else {
     return false;
