@@ -159,6 +159,47 @@ TEST_CASE("device models: a scan's forward (grid::value, grid::eval) and its lau
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
 }
 
+TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): values, gradients and launches per step") {
+  // the carry hc = [h, c] (4 x 2H), xw_t the input's product for the four gates (4 x 4H),
+  // taken out of the loop. Forward per step: the product h Wh (h, a slice of the carry, read
+  // in place: lda = 2H), the gates let, the c2 let, and the concat [o tanh(c2), c2] computed
+  // straight into the carry (no buffer and copy)
+  index_t const H = 5;
+  auto const hwh = gx::randn<float>(gx::dims(H, 4 * H), 4, 0.0, 0.3);
+  auto const hc0 = gx::randn<float>(gx::dims(4, 2 * H), 2, 0.0, 0.5);
+  index_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
+  for (index_t steps : {4, 8}) {
+    INFO("steps " << steps);
+    auto const hxw = gx::randn<float>(gx::dims(steps, 4, 4 * H), 1, 0.0, 0.5);
+    auto hp = gx::param(hwh);
+    auto body = [](auto& wh) { return [&wh](auto hc, auto xt) { return gx::cells::lstm_projected(xt, hc, wh); }; };
+    auto const hs = gx::eval(gx::scan(hc0, hxw, body(hp)));
+    float const hv = gx::backward(gx::sum(gx::square(gx::scan(hc0, hxw, body(hp)))));
+    auto const hg = hp.grad().to_dense();
+    launcher l;
+    {
+      auto dxw = to_device(l, hxw);
+      auto dc0 = to_device(l, hc0);
+      auto dp = grid::param(to_device(l, hwh));
+      index_t a = l.launches();
+      auto const ds = grid::eval(l, gx::scan(dc0.view(), dxw.view(), body(dp)));
+      fwd[steps == 8] = l.launches() - a;
+      CHECK(max_rel(ds.download(), hs) <= 1e-5);
+      a = l.launches();
+      float const db = grid::backward(l, gx::sum(gx::square(gx::scan(dc0.view(), dxw.view(), body(dp)))));
+      bwd[steps == 8] = l.launches() - a;
+      CHECK(std::abs(db - hv) <= 1e-5 * (1 + std::abs(hv)));
+      CHECK(max_rel(dp.grad().download(), hg) <= 1e-5);
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+  MESSAGE("lstm_projected launches per step: forward ", (fwd[1] - fwd[0]) / 4, ", forward + sweep ",
+          (bwd[1] - bwd[0]) / 4);
+  CHECK((fwd[1] - fwd[0]) / 4 == 4);
+  CHECK((fwd[1] - fwd[0]) % 4 == 0);
+  CHECK((bwd[1] - bwd[0]) % 4 == 0);
+}
+
 TEST_CASE("device models: softmax rows read by a product") {
   check_model(
       [](auto const& x, auto const&, auto& w1, auto& w2, auto& b) {

@@ -294,9 +294,10 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
   if constexpr (value_operand_count_v<N> >= 2) count_saved<Ex, U>(operand_at<1>(n), z);
 }
 
-/// A node kept: its value computed into a buffer of the call, read from there.
+/// A node kept: its value computed into a buffer of the call (or into, when given: row-major,
+/// n's shape, not read by n), read from there.
 template <class N, class Ex>
-constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s);
+constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into = nullptr);
 /// A segment sum kept: its value, and in a backward call the bag and scale of each position
 /// and a buffer for its adjoint.
 template <class N, class Ex>
@@ -381,12 +382,12 @@ constexpr auto keep_value(N const& n, saved_space<Ex>& s) {
   else return keep_value_assigned(n, s);
 }
 template <class N, class Ex>
-constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s) {
+constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into) {
   using T = value_type_t<N>;
   using L = saved_layout_t<N>;
   using S = shape_of_t<N>;
   using Sp = typename Ex::space;
-  T* p = s.template take<T>(std::size_t(n.shape().size()));
+  T* p = into ? into : s.template take<T>(std::size_t(n.shape().size()));
   tensor_view<T, S, L, Sp> buf(p, n.shape());
   s.ex().assign(buf, n);
   using R = saved_node<N, L>;
@@ -423,8 +424,12 @@ struct saving {
 /// A let transformed: its operand with its own kept values, its value in a buffer (its
 /// root's, when the root keeps one, else one of the call's), the body bound to that buffer
 /// and transformed, and in a backward call the buffer of the operand's adjoint.
-template <bool Under, class Nm, class Z, class B, class Ex>
-constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s) {
+template <class N, class Ex>
+constexpr auto with_saved_into(N const& n, saved_space<Ex>& s, value_type_t<N>* dst, bool& wrote);
+/// (Into: the body through with_saved_into, its root's value into dst.)
+template <bool Under, bool Into = false, class Nm, class Z, class B, class Ex>
+constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, value_type_t<B>* dst = nullptr,
+                        bool* wrote = nullptr) {
   using T = value_type_t<Z>;
   using S = shape_of_t<Z>;
   auto z2 = with_saved<true>(n.z_, s);
@@ -452,7 +457,10 @@ constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s) {
       return r;
     }
   }();
-  auto b2 = with_saved<Under>(bind_var<Nm>(n.body_, rep), s);
+  auto b2 = [&] {
+    if constexpr (Into) return with_saved_into(bind_var<Nm>(n.body_, rep), s, dst, *wrote);
+    else return with_saved<Under>(bind_var<Nm>(n.body_, rep), s);
+  }();
   return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
 }
 
@@ -473,6 +481,30 @@ constexpr auto with_saved(N const& n, saved_space<Ex>& s) {
     auto r = rebuild<ad::operands_under_v<N>>(n, saving<Ex>{s});
     if constexpr (ad::keeps_value_v<N, Under>) return keep_value(r, s);
     else return r;
+  }
+}
+
+/// with_saved<true>(n, s) (the same type), except that when the transform keeps n's root
+/// value, under any lets, in a buffer an assign fills (a concat, say: an LSTM cell's
+/// concat(h, c) under its two lets), that value is computed straight into dst (row-major,
+/// n's shape, not read by n) instead; wrote tells whether it was. A scan step's body writes
+/// its carry so: one kernel, not a buffer and a copy.
+template <class N, class Ex>
+constexpr auto with_saved_into(N const& n, saved_space<Ex>& s, value_type_t<N>* dst, bool& wrote) {
+  if constexpr (is_let_node<N>::value) {
+    return keep_let<true, true>(n, s, dst, &wrote);
+  } else if constexpr (!is_scan_node<N>::value && ad::buffer_count<N, true>::value != 0 && ad::keeps_value_v<N, true>) {
+    auto r = rebuild<ad::operands_under_v<N>>(n, saving<Ex>{s});
+    using R = decltype(r);
+    if constexpr (!is_matmul_node<R>::value && !is_kept_reshape<R>::value && !is_segment_sum_node<R>::value &&
+                  !is_row_node<R>::value && std::is_same_v<saved_layout_t<R>, row_major>) {
+      wrote = true;
+      return keep_value_assigned(r, s, dst);
+    } else {
+      return keep_value(r, s);
+    }
+  } else {
+    return with_saved<true>(n, s);
   }
 }
 
@@ -630,11 +662,17 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
     // the step, when they are not kept), the adjoint buffers shared
     bool const keep = keep_all || Opt::has_stop || t == ran - 1;  // (a stop makes any step the last)
     saved_space<Ex> sp(zs, s.ex(), r, keep_all ? std::size_t(t) : 0, keep);
-    auto const e2 = with_saved<true>(body_at(t), sp);
+    bool wrote = false;  // the body's root value computed into ht already
+    auto const e2 = [&] {
+      if constexpr (rows_stop) return with_saved<true>(body_at(t), sp);
+      else return with_saved_into(body_at(t), sp, ht.data_, wrote);
+    }();
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(e2)>, Step>,
+                  "gradix internal: a scan step's body written into its carry has the kept step's type");
     if constexpr (rows_stop) {  // a finished row keeps its carry
       tensor_view<T const, CS, row_major, Sp> const prev(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs);
       s.ex().assign(ht, ::gradix::where(scan_active<T, RC, Sp>(len, cs.extent(0), t), e2, prev));
-    } else {
+    } else if (!wrote) {
       s.ex().assign(ht, e2);
     }
     if (keep) {
