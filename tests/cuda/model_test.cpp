@@ -163,11 +163,12 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
   // the carry hc = [h, c] (4 x 2H), xw_t the input's product for the four gates (4 x 4H),
   // taken out of the loop. Forward per step: the product h Wh (h, a slice of the carry, read
   // in place: lda = 2H), the gates let, the c2 let, and the concat [o tanh(c2), c2] computed
-  // straight into the carry (no buffer and copy)
+  // straight into the carry (no buffer and copy); a forward call's step (nothing kept for a
+  // sweep) is the product and one kernel: the lets' operands recomputed where they are read
   index_t const H = 5;
   auto const hwh = gx::randn<float>(gx::dims(H, 4 * H), 4, 0.0, 0.3);
   auto const hc0 = gx::randn<float>(gx::dims(4, 2 * H), 2, 0.0, 0.5);
-  index_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
+  index_t fwd[2] = {0, 0}, bwd[2] = {0, 0}, rec[2] = {0, 0};
   for (index_t steps : {4, 8}) {
     INFO("steps " << steps);
     auto const hxw = gx::randn<float>(gx::dims(steps, 4, 4 * H), 1, 0.0, 0.5);
@@ -190,14 +191,64 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
       bwd[steps == 8] = l.launches() - a;
       CHECK(std::abs(db - hv) <= 1e-5 * (1 + std::abs(hv)));
       CHECK(max_rel(dp.grad().download(), hg) <= 1e-5);
+      // the same with gx::recompute_steps: the same value and gradient
+      auto dq = grid::param(to_device(l, hwh));
+      a = l.launches();
+      float const dr =
+          grid::backward(l, gx::sum(gx::square(gx::scan(dc0.view(), dxw.view(), body(dq), gx::recompute_steps))));
+      rec[steps == 8] = l.launches() - a;
+      CHECK(std::abs(dr - hv) <= 1e-5 * (1 + std::abs(hv)));
+      CHECK(max_rel(dq.grad().download(), hg) <= 1e-5);
     }
     CHECK(l.live_allocations() == 0);
   }
-  MESSAGE("lstm_projected launches per step: forward ", (fwd[1] - fwd[0]) / 4, ", forward + sweep ",
-          (bwd[1] - bwd[0]) / 4);
-  CHECK((fwd[1] - fwd[0]) / 4 == 4);
+  MESSAGE("lstm_projected launches per step: forward ", (fwd[1] - fwd[0]) / 4, ", backward (forward + sweep) ",
+          (bwd[1] - bwd[0]) / 4, ", backward with gx::recompute_steps ", (rec[1] - rec[0]) / 4);
+  // a forward call keeps no step: the lets' elementwise operands are read where they are
+  // used, the concat written into the carry: the product and one kernel
+  CHECK((fwd[1] - fwd[0]) / 4 == 2);
   CHECK((fwd[1] - fwd[0]) % 4 == 0);
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
+  // recompute_steps: the forward keeps no step either (2), the sweep recomputes each
+  CHECK((rec[1] - rec[0]) / 4 == (bwd[1] - bwd[0]) / 4 + 2);
+  CHECK((rec[1] - rec[0]) % 4 == 0);
+}
+
+TEST_CASE("device models: a GRU cell's scan, forward and with gx::recompute_steps (its let read where it is used)") {
+  // gx::cells::gru reads its gates' let three times, one of them inside the concat a product
+  // reads: the device's unkept steps recompute it there; values and gradients as the host's
+  auto const hx = gx::randn<float>(gx::dims(6, 3, 4), 1, 0.0, 0.5);
+  auto const hh0 = gx::randn<float>(gx::dims(3, 5), 2, 0.0, 0.5);
+  auto const hwg = gx::randn<float>(gx::dims(9, 10), 3, 0.0, 0.3);
+  auto const hwn = gx::randn<float>(gx::dims(9, 5), 4, 0.0, 0.3);
+  auto const hbg = gx::randn<float>(gx::dims(10), 5, 0.0, 0.1);
+  auto const hbn = gx::randn<float>(gx::dims(5), 6, 0.0, 0.1);
+  auto body = [](auto& wg, auto& wn, auto const& bg, auto const& bn) {
+    return [&](auto h, auto xt) { return gx::cells::gru(xt, h, wg, bg, wn, bn); };
+  };
+  auto pg = gx::param(hwg);
+  auto pn = gx::param(hwn);
+  auto const hs = gx::eval(gx::scan(hh0, hx, body(pg, pn, hbg, hbn)));
+  float const hv = gx::backward(gx::sum(gx::square(gx::scan(hh0, hx, body(pg, pn, hbg, hbn)))));
+  auto const gg = pg.grad().to_dense();
+  auto const gn = pn.grad().to_dense();
+  launcher l;
+  {
+    auto dx = to_device(l, hx);
+    auto dh0 = to_device(l, hh0);
+    auto dbg = to_device(l, hbg);
+    auto dbn = to_device(l, hbn);
+    auto dg = grid::param(to_device(l, hwg));
+    auto dn = grid::param(to_device(l, hwn));
+    auto const ds = grid::eval(l, gx::scan(dh0.view(), dx.view(), body(dg, dn, dbg.view(), dbn.view())));
+    CHECK(max_rel(ds.download(), hs) <= 1e-5);
+    float const dr = grid::backward(
+        l, gx::sum(gx::square(gx::scan(dh0.view(), dx.view(), body(dg, dn, dbg.view(), dbn.view()), gx::recompute_steps))));
+    CHECK(std::abs(dr - hv) <= 1e-5 * (1 + std::abs(hv)));
+    CHECK(max_rel(dg.grad().download(), gg) <= 1e-5);
+    CHECK(max_rel(dn.grad().download(), gn) <= 1e-5);
+  }
+  CHECK(l.live_allocations() == 0);
 }
 
 TEST_CASE("device models: softmax rows read by a product") {

@@ -14,6 +14,10 @@
 ///                                    std::bad_alloc
 ///     workspace()                    the calling thread's call_workspace on that memory
 ///     in_place<T>(rows, cols, rs, cs) (static) whether gemm reads a strided matrix as it is
+///     inlines_step_lets              (static constexpr bool) whether a scan step whose values
+///                                    no sweep reads recomputes its lets' elementwise operands
+///                                    where they are read (fewer launches) instead of keeping
+///                                    them in buffers (exec/save_scan.hpp, keep_scan)
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
 ///     gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate)

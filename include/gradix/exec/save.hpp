@@ -421,19 +421,18 @@ struct saving {
   }
 };
 
-/// A let transformed: its operand with its own kept values, its value in a buffer (its
-/// root's, when the root keeps one, else one of the call's), the body bound to that buffer
-/// and transformed, and in a backward call the buffer of the operand's adjoint.
-template <class N, class Ex>
+template <bool Inline, class N, class Ex>
 constexpr auto with_saved_into(N const& n, saved_space<Ex>& s, value_type_t<N>* dst, bool& wrote);
-/// (Into: the body through with_saved_into, its root's value into dst.)
-template <bool Under, bool Into = false, class Nm, class Z, class B, class Ex>
-constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, value_type_t<B>* dst = nullptr,
-                        bool* wrote = nullptr) {
+
+/// keep_let's work once its operand is transformed (z2): the operand's value in a buffer
+/// (its root's, when the root keeps one, else one of the call's), the body bound to that
+/// buffer and transformed (Into: through with_saved_into<Inline>, its root's value into
+/// dst), and in a backward call the buffer of the operand's adjoint.
+template <bool Under, bool Into, bool Inline, class Nm, class Z, class B, class Ex, class Z2>
+constexpr auto keep_let_rest(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, Z2 const& z2, value_type_t<B>* dst,
+                             bool* wrote) {
   using T = value_type_t<Z>;
   using S = shape_of_t<Z>;
-  auto z2 = with_saved<true>(n.z_, s);
-  using Z2 = decltype(z2);
   var_node<Nm> const v{n.z_.shape()};
   // in a backward call, the buffer of the operand's adjoint: every read of the placeholder
   // adds into it (its saved node holds it as the target of those kernels)
@@ -458,10 +457,25 @@ constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, value_t
     }
   }();
   auto b2 = [&] {
-    if constexpr (Into) return with_saved_into(bind_var<Nm>(n.body_, rep), s, dst, *wrote);
+    if constexpr (Into) return with_saved_into<Inline>(bind_var<Nm>(n.body_, rep), s, dst, *wrote);
     else return with_saved<Under>(bind_var<Nm>(n.body_, rep), s);
   }();
   return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
+}
+/// A let transformed: its operand with its own kept values, then keep_let_rest. Inline (a
+/// step whose values are not kept, exec below): an operand that keeps nothing once
+/// transformed (elementwise and index nodes over kept values, views and parameters) is not
+/// computed into a buffer: the body reads the expression where it read the placeholder,
+/// recomputing it there (an LSTM cell's gates and c2 in its concat's kernel).
+template <bool Under, bool Into = false, bool Inline = false, class Nm, class Z, class B, class Ex>
+constexpr auto keep_let(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, value_type_t<B>* dst = nullptr,
+                        bool* wrote = nullptr) {
+  auto z2 = with_saved<true>(n.z_, s);
+  using Z2 = decltype(z2);
+  if constexpr (Inline && ad::buffer_count<Z2, false>::value == 0)
+    return with_saved_into<true>(bind_var<Nm>(n.body_, z2), s, dst, *wrote);
+  else
+    return keep_let_rest<Under, Into, Inline>(n, s, z2, dst, wrote);
 }
 
 template <class N, class Ex>
@@ -489,16 +503,16 @@ constexpr auto with_saved(N const& n, saved_space<Ex>& s) {
 /// concat(h, c) under its two lets), that value is computed straight into dst (row-major,
 /// n's shape, not read by n) instead; wrote tells whether it was. A scan step's body writes
 /// its carry so: one kernel, not a buffer and a copy.
-template <class N, class Ex>
+template <bool Inline, class N, class Ex>
 constexpr auto with_saved_into(N const& n, saved_space<Ex>& s, value_type_t<N>* dst, bool& wrote) {
   if constexpr (is_let_node<N>::value) {
-    return keep_let<true, true>(n, s, dst, &wrote);
+    return keep_let<true, true, Inline>(n, s, dst, &wrote);
   } else if constexpr (!is_scan_node<N>::value && ad::buffer_count<N, true>::value != 0 && ad::keeps_value_v<N, true>) {
     auto r = rebuild<ad::operands_under_v<N>>(n, saving<Ex>{s});
     using R = decltype(r);
     if constexpr (!is_matmul_node<R>::value && !is_kept_reshape<R>::value && !is_segment_sum_node<R>::value &&
                   !is_row_node<R>::value && std::is_same_v<saved_layout_t<R>, row_major>) {
-      wrote = true;
+      wrote = dst != nullptr;
       return keep_value_assigned(r, s, dst);
     } else {
       return keep_value(r, s);
@@ -506,203 +520,6 @@ constexpr auto with_saved_into(N const& n, saved_space<Ex>& s, value_type_t<N>* 
   } else {
     return with_saved<true>(n, s);
   }
-}
-
-// ---------------------------------------------------------------------------------------
-// Scans (expr/scan.hpp): the steps run here, forward; the reverse sweep is a plan element
-// (exec/elements.hpp, run_scan).
-
-/// Step t's body: scan k's body with the carry read from c (carry t - 1) and x_t from the
-/// inputs' buffer; in a backward call the carry's reads add their adjoint into gc and x_t's
-/// into gxs at step t (gc null: none). K is the scanned node, or a scan_node for the sizes
-/// (vc, vx then null: only types and shapes matter there).
-template <class K, class CS, class XS, class T>
-constexpr auto scan_body_at(K const& k, var_node<typename K::carry_name> const* vc, var_node<typename K::input_name> const* vx,
-                            CS const& cs, XS const& xsh, T const* c, T const* x, T* gc, T* gx) {
-  using CN = typename K::carry_name;
-  using XN = typename K::input_name;
-  using RC = saved_node<var_node<CN>, row_major>;
-  using RX = saved_node<var_node<XN>, row_major>;
-  RC rc{vc, typename RC::buffer_type(c, cs)};
-  RX rx{vx, typename RX::buffer_type(x, xsh)};
-  if constexpr (CN::reaches_param)
-    if (gc) rc.extra_.g = let_grad<T, CS, CN>(gc, cs);
-  if constexpr (XN::reaches_param)
-    if (gx) rx.extra_.g = let_grad<T, XS, XN>(gx, xsh);
-  return bind_var<XN>(bind_var<CN>(k.body_, rc), rx);
-}
-/// The sizes of one step's own kept values (the body with its placeholders bound).
-template <class Ex, class N>
-constexpr saved_sizes scan_step_sizes(N const& n, bool backward) {
-  using T = value_type_t<N>;
-  auto const cs = n.c0_.shape();
-  auto const xsh = one_step(n.xs_.shape());
-  auto const b = scan_body_at(n, nullptr, nullptr, cs, xsh, static_cast<T const*>(nullptr),
-                              static_cast<T const*>(nullptr), static_cast<T*>(nullptr), static_cast<T*>(nullptr));
-  saved_sizes z;
-  z.argmax = backward;
-  count_saved<Ex, true>(b, z);
-  return z;
-}
-/// The lengths as a column of the carry's rank R ([batch, 1, ..., 1]: it broadcasts along
-/// the carry's other axes).
-template <std::size_t R, class V>
-constexpr auto batch_column(V const& v) {
-  if constexpr (R <= 1) return v;
-  else return ::gradix::unsqueeze<int(R) - 1>(batch_column<R - 1>(v));
-}
-/// 1 where row b of the carry still changes at step t (t < len[b]), 0 where it is finished.
-template <class T, std::size_t R, class Sp>
-constexpr auto scan_active(index_t const* len, index_t rows, index_t t) {
-  tensor_view<index_t const, shape<dyn>, row_major, Sp> l(len, dims(rows));
-  return ::gradix::cast<T>(batch_column<R>(l) > t);
-}
-/// Where step t of a reverse sweep adds the adjoint of carry t - 1 (its carry placeholder's
-/// reads): in place, into the value's adjoint gout at row t - 1 (which already holds the
-/// adjoint reaching carry t - 1 from outside the scan), and for t = 0 into ga, the initial
-/// carry's adjoint. So no step copies a carry adjoint. (Null in a call without a backward.)
-template <class T>
-constexpr T* scan_carry_grad(index_t t, std::size_t c, T* ga, T* gout) {
-  if (!gout) return nullptr;
-  return t == 0 ? ga : gout + std::size_t(t - 1) * c;
-}
-/// A scan kept: its operands transformed, c0 and the inputs computed into buffers of the
-/// call, then each step's body transformed over one step's region (its own kept values:
-/// products, reductions, lets) and its value assigned into the carries' buffer; the last
-/// step's transformed body is kept (the reverse sweep's pre-pass plans it).
-template <class N, class Ex>
-auto keep_scan(N const& n, saved_space<Ex>& s) {
-  using T = value_type_t<N>;
-  using CN = typename N::carry_name;
-  using XN = typename N::input_name;
-  using Sp = typename Ex::space;
-  using Opt = typename N::options;
-  index_t const steps = n.steps();
-  if constexpr (Opt::has_lengths) {  // checked before anything runs
-    index_t const rows = n.c0_.shape().extent(0), nl = n.opt_.len_.shape().extent(0);
-    if (nl != rows)
-      fail("gradix::scan: gx::lengths has ", nl, " lengths but the carry has ", rows, " rows (its extent along axis 0)");
-    for (index_t b = 0; b < nl; ++b) {
-      index_t const v = index_t(n.opt_.len_(b));
-      if (v < 0 || v > steps)
-        fail("gradix::scan: lengths[", b, "] = ", v, " is outside the sequence of ", steps, " steps");
-    }
-  }
-  s.hold_arena();  // the steps' nodes are given back with the call's
-  auto c02 = with_saved<true>(n.c0_, s);
-  auto xs2 = with_saved<true>(n.xs_, s);
-  auto const cs = n.c0_.shape();
-  auto const xsh = one_step(n.xs_.shape());
-  using CS = std::remove_cvref_t<decltype(cs)>;
-  std::size_t const c = std::size_t(cs.size()), x = std::size_t(xsh.size());
-  T* h = s.template take<T>(std::size_t(steps) * c);
-  T* cinit = s.template take<T>(c);
-  s.ex().assign(tensor_view<T, CS, row_major, Sp>(cinit, cs), c02);
-  T* xb = s.template take<T>(std::size_t(steps) * x);
-  using XsS = shape_of_t<decltype(xs2)>;
-  s.ex().assign(tensor_view<T, XsS, row_major, Sp>(xb, xs2.shape()), xs2);
-  T *gout = nullptr, *ga = nullptr, *gxs = nullptr;
-  if (s.argmax()) {
-    gout = s.template take_adjoint<T>(std::size_t(steps) * c);
-    ga = s.template take_adjoint<T>(c);
-    if constexpr (XN::reaches_param) gxs = s.template take_adjoint<T>(std::size_t(steps) * x);
-  }
-  saved_sizes const zs = scan_step_sizes<Ex>(n, s.argmax());
-  bool const keep_all = scan_keeps_steps<N>(s.argmax());
-  std::size_t const copies = keep_all ? std::size_t(steps) : 1;
-  scan_region r;
-  r.nf = zs.nf;
-  r.nd = zs.nd;
-  r.nl = zs.nl;
-  r.ni = zs.ni;
-  r.af = zs.af;
-  r.ad = zs.ad;
-  r.al = zs.al;
-  r.f = s.template take<float>(copies * zs.nf);
-  r.d = s.template take<double>(copies * zs.nd);
-  r.l = s.template take<long double>(copies * zs.nl);
-  r.i = s.template take<index_t>(copies * zs.ni);
-  r.fa = s.template take_adjoint<float>(zs.af);
-  r.da = s.template take_adjoint<double>(zs.ad);
-  r.la = s.template take_adjoint<long double>(zs.al);
-  auto const* vc = s.keep_node(var_node<CN>{cs});
-  auto const* vx = s.keep_node(var_node<XN>{xsh});
-  auto body_at = [&](index_t t) {
-    return scan_body_at(n, vc, vx, cs, xsh, static_cast<T const*>(t == 0 ? cinit : h + std::size_t(t - 1) * c),
-                        static_cast<T const*>(xb + std::size_t(t) * x), scan_carry_grad(t, c, ga, gout),
-                        gxs ? gxs + std::size_t(t) * x : nullptr);
-  };
-  // each row's number of steps (with lengths or a stop condition), and the steps that run:
-  // after the last row finished, a step copies the carry
-  index_t* len = nullptr;
-  index_t ran = steps;
-  constexpr bool rows_stop = Opt::has_lengths || Opt::has_stop;
-  constexpr std::size_t RC = CS::rank;
-  if constexpr (rows_stop) {
-    index_t const rows = cs.extent(0);
-    len = s.template take<index_t>(std::size_t(rows));
-    ran = 0;
-    for (index_t b = 0; b < rows; ++b) {
-      if constexpr (Opt::has_lengths) len[b] = index_t(n.opt_.len_(b));
-      else len[b] = steps;
-      ran = len[b] > ran ? len[b] : ran;
-    }
-  }
-  using Step = decltype(with_saved<true>(body_at(0), s));
-  Step const* last = nullptr;
-  Step const** all = keep_all ? s.template keep_array<Step const*>(std::size_t(steps)) : nullptr;
-  for (index_t t = 0; t < steps; ++t) {
-    tensor_view<T, CS, row_major, Sp> const ht(h + std::size_t(t) * c, cs);
-    if (t >= ran) {  // every row finished: the carry repeats
-      if (all) all[t] = nullptr;
-      s.ex().assign(ht, tensor_view<T const, CS, row_major, Sp>(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs));
-      continue;
-    }
-    // each step's values in its own part of the region (or all in one, given back after
-    // the step, when they are not kept), the adjoint buffers shared
-    bool const keep = keep_all || Opt::has_stop || t == ran - 1;  // (a stop makes any step the last)
-    saved_space<Ex> sp(zs, s.ex(), r, keep_all ? std::size_t(t) : 0, keep);
-    bool wrote = false;  // the body's root value computed into ht already
-    auto const e2 = [&] {
-      if constexpr (rows_stop) return with_saved<true>(body_at(t), sp);
-      else return with_saved_into(body_at(t), sp, ht.data_, wrote);
-    }();
-    static_assert(std::is_same_v<std::remove_cvref_t<decltype(e2)>, Step>,
-                  "gradix internal: a scan step's body written into its carry has the kept step's type");
-    if constexpr (rows_stop) {  // a finished row keeps its carry
-      tensor_view<T const, CS, row_major, Sp> const prev(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs);
-      s.ex().assign(ht, ::gradix::where(scan_active<T, RC, Sp>(len, cs.extent(0), t), e2, prev));
-    } else if (!wrote) {
-      s.ex().assign(ht, e2);
-    }
-    if (keep) {
-      last = s.keep_node(e2);
-      if (all) all[t] = last;
-    }
-    if constexpr (Opt::has_stop) {
-      if (n.opt_.stop_(tensor_view<T const, CS, row_major, Sp>(ht.data_, cs), t)) {
-        for (index_t b = 0; b < cs.extent(0); ++b) len[b] = len[b] < t + 1 ? len[b] : t + 1;
-        ran = t + 1;
-      }
-    }
-  }
-  using K = scanned<CN, XN, decltype(c02), decltype(xs2), std::remove_cvref_t<decltype(n.body_)>, Step>;
-  K k{c02, xs2, n.body_, n.shape_};
-  k.h_ = h;
-  k.c_init_ = cinit;
-  k.x_ = xb;
-  k.gout_ = gout;
-  k.ga_ = ga;
-  k.gxs_ = gxs;
-  k.region_ = r;
-  k.last_ = last;
-  k.steps_ = all;
-  k.len_ = len;
-  k.ran_ = ran;
-  k.vc_ = vc;
-  k.vx_ = vx;
-  using R = saved_node<K, row_major>;
-  return R{s.keep_node(k), typename R::buffer_type(h, n.shape())};
 }
 
 /// Sizes of the buffers a call on the (prepared) expression e keeps.
@@ -757,3 +574,5 @@ constexpr void product_into_on(Ex& ex, N const& n, value_type_t<N>* dst, char co
 }
 
 }  // namespace gradix::detail
+
+#include "gradix/exec/save_scan.hpp"  // keep_scan and the steps' helpers (declared above)

@@ -19,7 +19,7 @@ namespace gradix::detail {
 /// Elements of each kind a call keeps: values (computed before the expression runs: kept
 /// values, copies, arg-maxes, bags) and, in a backward call, adjoint buffers (written by the
 /// backward's plan elements). A scan keeps each step's values and shares one set of adjoint
-/// buffers between its steps (exec/save.hpp, keep_scan).
+/// buffers between its steps (exec/save_scan.hpp, keep_scan).
 struct saved_sizes {
   std::size_t nf = 0;  // float
   std::size_t nd = 0;  // double

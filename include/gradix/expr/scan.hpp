@@ -17,7 +17,7 @@
 ///                            value shape [T, C...]. Its operands (expr/visit.hpp) are c0_,
 ///                            xs_ and body_.
 ///   scanned<CN, XN, C0, Xs, Body, Step>
-///                            what the save transform (exec/save.hpp, keep_scan) makes of a
+///                            what the save transform (exec/save_scan.hpp, keep_scan) makes of a
 ///                            scan: a call keeps its value in a buffer and reads it through a
 ///                            saved_node<scanned<...>> (so every walk over the transformed
 ///                            expression sees a buffer); the scanned node holds the

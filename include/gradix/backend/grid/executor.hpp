@@ -40,6 +40,10 @@ template <class L>
 class executor {
  public:
   using space = cuda_space;
+  /// A step whose values no sweep reads (a forward call's, gx::recompute_steps) reads its
+  /// lets' elementwise operands where it uses them: fewer launches (an LSTM step: the
+  /// product and one kernel), the elementwise work recomputed.
+  static constexpr bool inlines_step_lets = true;
   /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
   /// device call that fails part way leaves what it wrote, docs/cuda.md).
   template <std::size_t N>
