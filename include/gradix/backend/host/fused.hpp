@@ -290,9 +290,10 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
             GRADIX_UNROLL(16)
             for (int q = 0; q < NQ; ++q) {
               auto const x = ev::pack_as<TA, W>(in, q * W);
+              auto const fx = ev::pack_as<TA, W>(fin, q * W);
               simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
               tile[q] += x;
-              lacc[q % NL] += ev::pack_as<TA, W>(fin, q * W);
+              lacc[q % NL] += fx;
             }
             lanes.took(lacc, static_in);
             done = true;
