@@ -24,6 +24,20 @@ auto elman(X const& x, H const& h, WX& wx, WH& wh, BB& b) {
 }
 }  // namespace
 
+namespace {
+// The gradients of one parameter by two expressions' backward, compared element by element.
+template <class P, class E1, class E2>
+void same_gradient(P& p, E1 const& a, E2 const& b, double tol) {
+  auto ga = gx::grad(a, p).to_dense();
+  auto gb = gx::grad(b, p).to_dense();
+  auto s = p.value().shape();
+  for (index_t k = 0; k < s.size(); ++k) {
+    auto c = gx::detail::unravel(s, k);
+    CHECK(ga[c] == doctest::Approx(gb[c]).epsilon(tol));
+  }
+}
+}  // namespace
+
 TEST_CASE("scan: an Elman recurrence equals its compile-time unrolling, forward and backward") {
   index_t const T = 4, B = 3, D = 5, H = 6;
   auto xs = gx::uniform<double>(gx::dims(T, B, D), 11, -1.0, 1.0);
@@ -51,29 +65,59 @@ TEST_CASE("scan: an Elman recurrence equals its compile-time unrolling, forward 
   CHECK_NUMGRAD(loss, wh);
   CHECK_NUMGRAD(loss, b);
   CHECK_NUMGRAD(loss, h0);
-  // gx::recompute_steps: the same gradients, bit for bit (the same kernels on the same values)
+  // gx::recompute_steps: the same gradients up to rounding (the same kernels on the same
+  // values; the weights' gradients are summed over the steps in another order: one product
+  // over every step when the call keeps them all, step by step when it recomputes them)
   auto again = gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return elman(x, h, wx, wh, b); }, gx::recompute_steps) * Wo);
   for (auto* p : {&wx, &wh}) {
     auto g1 = gx::grad(loss(wx), *p).to_dense();
     auto g2 = gx::grad(again, *p).to_dense();
     auto s = p->value().shape();
-    for (index_t k = 0; k < s.size(); ++k) CHECK(g1.data()[k] == g2.data()[k]);
+    for (index_t k = 0; k < s.size(); ++k) CHECK(g1.data()[k] == doctest::Approx(g2.data()[k]).epsilon(1e-13));
   }
+  auto g1 = gx::grad(loss(wx), b).to_dense();
+  auto g2 = gx::grad(again, b).to_dense();
+  for (index_t k = 0; k < H; ++k) CHECK(g1.data()[k] == g2.data()[k]);  // (no product: the same bits)
 }
 
-namespace {
-// The gradients of one parameter by two expressions' backward, compared element by element.
-template <class P, class E1, class E2>
-void same_gradient(P& p, E1 const& a, E2 const& b, double tol) {
-  auto ga = gx::grad(a, p).to_dense();
-  auto gb = gx::grad(b, p).to_dense();
-  auto s = p.value().shape();
-  for (index_t k = 0; k < s.size(); ++k) {
-    auto c = gx::detail::unravel(s, k);
-    CHECK(ga[c] == doctest::Approx(gb[c]).epsilon(tol));
-  }
+TEST_CASE("scan: weights' gradients taken in one product over the steps, and a product whose operands repeat") {
+  // x Wx reads the inputs, h Wh the carries: each weight's gradient is one product over
+  // every step (exec/elements.hpp, sweep_deferral); P Q reads the same P at every step, so
+  // its rows over the steps are not one matrix and Q's gradient is taken step by step. The
+  // reference: gx::recompute_steps (step by step), central differences.
+  index_t const T = 5, B = 3, D = 4, H = 5, K = 2;
+  auto xs = gx::uniform<double>(gx::dims(T, B, D), 71, -1.0, 1.0);
+  auto wx = gx::param(gx::uniform<double>(gx::dims(D, H), 72, -0.6, 0.6));
+  auto wh = gx::param(gx::uniform<double>(gx::dims(H, H), 73, -0.6, 0.6));
+  auto p = gx::param(gx::uniform<double>(gx::dims(B, K), 74, -0.6, 0.6));
+  auto q = gx::param(gx::uniform<double>(gx::dims(K, H), 75, -0.6, 0.6));
+  auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 76, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(T, B, H), 77, -1.0, 1.0);
+  auto body = [&](auto h, auto x) { return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + gx::matmul(p, q)); };
+  auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, body) * wo); };
+  CHECK_NUMGRAD(loss, wx);
+  CHECK_NUMGRAD(loss, wh);
+  CHECK_NUMGRAD(loss, p);
+  CHECK_NUMGRAD(loss, q);
+  CHECK_NUMGRAD(loss, h0);
+  auto stepwise = gx::sum(gx::scan(h0, xs, body, gx::recompute_steps) * wo);
+  CHECK(gx::backward(loss(wx)) == gx::value(stepwise));
+  same_gradient(wx, loss(wx), stepwise, 1e-13);
+  same_gradient(wh, loss(wx), stepwise, 1e-13);
+  same_gradient(p, loss(wx), stepwise, 1e-13);
+  same_gradient(q, loss(wx), stepwise, 1e-13);
+  same_gradient(h0, loss(wx), stepwise, 1e-13);
+  // with lengths (finished rows pass their adjoint on; their rows of dC are zero)
+  gx::tensor<std::int64_t, shape<dyn>> len(gx::dims(B));
+  len(0) = 5;
+  len(1) = 2;
+  len(2) = 0;
+  auto ragged = [&](auto&) { return gx::sum(gx::scan(h0, xs, body, gx::lengths(len)) * wo); };
+  CHECK_NUMGRAD(ragged, wh);
+  CHECK_NUMGRAD(ragged, wx);
+  same_gradient(wh, ragged(wx), gx::sum(gx::scan(h0, xs, body, gx::lengths(len), gx::recompute_steps) * wo), 1e-13);
 }
-}  // namespace
+
 
 TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and the unrolled cells") {
   index_t const B = 2, D = 3, H = 4;

@@ -120,8 +120,9 @@ TEST_CASE("device models: a recurrence (gx::scan) whose body holds a product, re
 TEST_CASE("device models: a scan's forward (grid::value, grid::eval) and its launches per step") {
   // an Elman layer with its input's product taken out of the loop (xw = x Wx for every step
   // at once, as cuDNN does): a step is one product and one elementwise kernel forward; the
-  // reverse sweep's step is one kernel and two products (the carry's adjoint and Wh's
-  // gradient accumulate straight into their buffers: nothing copied per step)
+  // reverse sweep's step is one kernel and one product (the carry's adjoint, accumulated
+  // straight into its buffer: nothing copied per step); Wh's gradient is one product over
+  // every step when the sweep ends (exec/elements.hpp, sweep_deferral)
   auto const hwh = gx::randn<float>(gx::dims(6, 6), 4, 0.0, 0.3);
   auto const hc0 = gx::randn<float>(gx::dims(4, 6), 2, 0.0, 0.5);
   index_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
@@ -154,7 +155,7 @@ TEST_CASE("device models: a scan's forward (grid::value, grid::eval) and its lau
   }
   // launches that four more steps add, per step
   CHECK((fwd[1] - fwd[0]) / 4 == 2);          // the product h Wh, then tanh(xw_t + .) into the carry
-  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 3);      // the forward's two, then the sweep's three
+  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 2);      // the forward's two, then the sweep's two
   CHECK((fwd[1] - fwd[0]) % 4 == 0);
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
 }
@@ -209,8 +210,14 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
   CHECK((fwd[1] - fwd[0]) / 4 == 2);
   CHECK((fwd[1] - fwd[0]) % 4 == 0);
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
-  // recompute_steps: the forward keeps no step either (2), the sweep recomputes each
-  CHECK((rec[1] - rec[0]) / 4 == (bwd[1] - bwd[0]) / 4 + 2);
+  // a backward call: the forward keeps each step's lets (the product, the two lets, the
+  // concat into the carry: 4); the sweep's step is its elementwise adjoint (7 kernels) and
+  // the product accumulating h's adjoint straight into the carry's (a column slice: ldc =
+  // 2H), Wh's gradient one product over every step when the sweep ends
+  CHECK((bwd[1] - bwd[0]) / 4 == 4 + 8);
+  // recompute_steps: the forward keeps no step (2), the sweep recomputes each step (4) and
+  // takes Wh's gradient step by step (9)
+  CHECK((rec[1] - rec[0]) / 4 == 2 + 4 + 9);
   CHECK((rec[1] - rec[0]) % 4 == 0);
 }
 

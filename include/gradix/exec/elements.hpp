@@ -6,8 +6,10 @@
 ///
 ///   product_use   the product's adjoint dC into its buffer (adjoint_into), then
 ///                 dA = dC op(B)^T and dB = op(A)^T dC by two gemms (straight into a dense
-///                 row-major parameter gradient when that is the operand: direct_gradient),
-///                 then the operands' plans from their buffers;
+///                 row-major parameter gradient when that is the operand: direct_gradient;
+///                 into a dense buffer's columns when the operand is a slice of them:
+///                 slice_gradient; in a scan's sweep, dB over every step in one gemm at its
+///                 end: sweep_deferral), then the operands' plans from their buffers;
 ///   staged_use    the node's adjoint into its buffer, then the operand's plan;
 ///   row_use       the operand's adjoint from the adjoint and the kept rows
 ///                 (the executor's row_adjoint), then the operand's plan;
@@ -35,6 +37,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -218,21 +221,46 @@ struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, 
     : std::bool_constant<std::is_same_v<M, decltype(ad::identity_map<S::rank>())> && !G::sparse &&
                          (S::rank < 2 || row_major_dense<G>::value) && std::is_same_v<typename G::value_type, T>> {};
 
-/// An operand's gradient from its product: gemm(dst, accumulate) into the parameter's own
+/// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
+/// matrix of memory space Sp) into a column slice of a dense row-major gradient or adjoint
+/// buffer (rows at the identity, columns through a slice): the operand is a slice of a
+/// buffer's columns (an LSTM carry's h, a slice of [h, c]), whose product can accumulate into
+/// that buffer directly with its row stride.
+template <class P, class Sp>
+struct slice_gradient : std::false_type {};
+template <class D, class T, class S, class G, class Sp>
+struct slice_gradient<
+    tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, tuple<ad::ax_dom<0>, ad::ax_lookup<ad::ax_dom<1>, index_range>>, G>>,
+    Sp> : std::bool_constant<S::rank == 2 && !G::sparse && G::rank == 2 && row_major_dense<G>::value &&
+                             std::is_same_v<typename G::value_type, T>> {};
+
+/// An operand's gradient from its product: gemm(dst, ld, accumulate) into the parameter's own
 /// gradient when the operand plan is one direct kernel covering it (direct_gradient and
-/// maps_exactly; nothing at all when grad() does not want it), else into the buffer buf,
-/// then the operand plan from it.
+/// maps_exactly; nothing at all when grad() does not want it), or into the columns of a
+/// dense buffer it adds into through a unit-step slice (slice_gradient; ld its row stride),
+/// else into the buffer buf (ld the operand's row length), then the operand plan from it.
 template <bool Serial, class Ex, class P, class T, class F>
-constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, F&& gemm_into) {
+constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, index_t ld, F&& gemm_into) {
   if constexpr (direct_gradient<P, typename Ex::space>::value) {
     auto const& k = get<0>(plan);
     if (!k.target_) return;  // grad() does not want it
     if (maps_exactly(k, k.target_->shape())) {
-      gemm_into(k.target_->data(), true);  // (its slices were marked by prepare)
+      gemm_into(k.target_->data(), ld, true);  // (its slices were marked by prepare)
+      return;
+    }
+  } else if constexpr (slice_gradient<P, typename Ex::space>::value) {
+    auto const& k = get<0>(plan);
+    if (!k.target_) return;
+    auto const& r = get<0>(k.map_);
+    auto const& c = get<1>(k.map_);
+    auto const st = k.target_->strides();
+    if (r.scale_ == 1 && c.scale_ * c.idx_.step_ * c.inner_.scale_ == 1 && st[1] == 1) {
+      index_t const c0 = c.off_ + c.scale_ * (c.idx_.start_ + c.idx_.step_ * c.inner_.off_);
+      gemm_into(k.target_->data() + r.off_ * st[0] + c0, st[0], true);
       return;
     }
   }
-  gemm_into(buf, false);
+  gemm_into(buf, ld, false);
   run_elements<Serial>(ex, plan);
 }
 
@@ -262,6 +290,119 @@ constexpr bool adjoint_in_place(P0 const& u0, S const& s, mat_ref<T>& g) {
   }
 }
 
+/// A product's operand-B gradient dB = op(A)^T dC taken over the steps of a reverse sweep in
+/// one gemm (sweep_deferral): A's rows and dC's rows over steps lo..hi are each one evenly
+/// strided matrix ((hi - lo + 1) m rows), whose product accumulates into dst when the sweep
+/// ends (or when a step breaks the pattern).
+template <class T>
+struct deferred_gradient {
+  T* dst = nullptr;
+  index_t m = 0, n = 0, k = 0;
+  index_t a_rs = 0, a_cs = 0;  // A's strides (m x k)
+  T const* a_hi = nullptr;     // A at step hi
+  T const* g_hi = nullptr;     // dC at step hi (m x n, rows contiguous)
+  index_t a_step = 0;          // elements from one step's A to the next (m a_rs)
+  index_t hi = 0, lo = 0;
+  bool on = false;
+};
+/// The weight gradients a reverse sweep defers (run_scan, in a call that kept every step's
+/// values, so that each step's dC stays in its own buffer: saved_sizes::step_adjoints): a
+/// product whose B plan is one direct kernel into a dense parameter gradient
+/// (direct_gradient) and whose A rows over the steps form one evenly strided matrix (read in
+/// place from the carries, carry t - 1 being row block t of one buffer, or from the inputs,
+/// or copied into the steps' buffers, which lie buffer by buffer) gets its dB from one gemm
+/// over every step instead of one per step: in a sweep a step is then its body's adjoint
+/// kernels and the carry's gemm. Products are told apart by the order the step visits them.
+template <class T>
+struct sweep_deferral {
+  static constexpr int max = 8;
+  deferred_gradient<T> d[max];
+  int n = 0;      // records made
+  int visit = 0;  // products visited in the current step
+  index_t t = 0;  // the current step
+  // the steps' values of element type T (every step's own: a dC there stays until the
+  // sweep ends; one elsewhere, in an adjoint buffer the steps share, is not deferred)
+  T const* mem = nullptr;
+  std::size_t mem_n = 0;
+};
+/// The thread's current sweep (type-erased: tag names its T), null outside a sweep.
+struct sweep_slot {
+  void const* tag = nullptr;
+  void* ctx = nullptr;
+};
+[[gnu::noinline]] inline sweep_slot& current_sweep() {
+  thread_local sweep_slot s;
+  return s;
+}
+template <class T>
+inline constexpr char sweep_tag_v = 0;
+/// The thread's current sweep when it defers products of element type T.
+template <class T>
+sweep_deferral<T>* sweep_deferral_of() {
+  sweep_slot const& s = current_sweep();
+  return s.tag == &sweep_tag_v<T> ? static_cast<sweep_deferral<T>*>(s.ctx) : nullptr;
+}
+/// The deferred steps of r in one gemm (r off after).
+template <class Ex, class T>
+void flush_deferred(Ex& ex, deferred_gradient<T>& r) {
+  if (!r.on) return;
+  r.on = false;
+  index_t const q = r.hi - r.lo;
+  mat_ref<T> const at{r.a_hi - q * r.a_step, r.a_cs, r.a_rs, 0};
+  mat_ref<T> const g{r.g_hi - q * r.m * r.n, r.n, 1, 0};
+  ex.gemm(1, r.k, r.n, (q + 1) * r.m, at, g, r.dst, r.n, 0, true);
+}
+/// Whether this step's dB = op(A)^T dC of a product (A m x k as the gemm read it, dC m x n,
+/// its B plan `plan` direct) is deferred (recorded) rather than run now.
+template <class Ex, class T, class P>
+bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const& g, index_t m, index_t n, index_t k) {
+  sweep_deferral<T>* c = sweep_deferral_of<T>();
+  if (!c) return false;
+  // addresses compared as integers: a step's A or dC may lie anywhere, the pattern is
+  // checked before any pointer arithmetic spans steps
+  auto at = [](T const* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  auto down = [](index_t steps, index_t per) { return std::uintptr_t(steps) * std::uintptr_t(per) * sizeof(T); };
+  int const i = c->visit++;
+  auto const& kb = get<0>(plan);
+  if (!kb.target_ || !maps_exactly(kb, kb.target_->shape())) return false;
+  T* const dst = kb.target_->data();
+  index_t const t = c->t;
+  if (i >= c->n) {  // the first step that visits it
+    if (i != c->n || i >= sweep_deferral<T>::max) return false;
+    ++c->n;
+    auto& r = c->d[i];
+    r = deferred_gradient<T>{dst, m, n, k, a.rs, a.cs, a.p, g.p, 0, t, t, false};
+    r.on = g.rs == n && g.cs == 1 && m > 0 && n > 0 && k * n >= Ex::step_gradient_min && c->mem && at(g.p) >= at(c->mem) &&
+           at(g.p) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
+    return r.on;
+  }
+  auto& r = c->d[i];
+  if (!r.on) return false;
+  bool ok = r.dst == dst && r.m == m && r.n == n && r.k == k && r.a_rs == a.rs && r.a_cs == a.cs && g.rs == n &&
+            g.cs == 1 && r.lo == t + 1;
+  if (ok) {
+    index_t const steps_down = r.hi - t;
+    // from one step to the next, A moves by its m rows and dC by its m x n elements
+    r.a_step = m * a.rs;
+    ok = at(a.p) == at(r.a_hi) - down(steps_down, r.a_step) && at(g.p) == at(r.g_hi) - down(steps_down, m * n);
+  }
+  if (!ok) {
+    flush_deferred(ex, r);  // the steps so far in one gemm; this one and the later per step
+    return false;
+  }
+  if constexpr (Ex::step_gradient_rows > 0) {
+    if ((r.hi - t + 1) * m > Ex::step_gradient_rows) {  // the executor's bound: the steps so far, then on from t
+      flush_deferred(ex, r);
+      r.a_hi = a.p;
+      r.g_hi = g.p;
+      r.hi = t;
+      r.on = true;
+    }
+  }
+  r.lo = t;
+  return true;
+}
+
 template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
 constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = *u.node_;
@@ -279,15 +420,21 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
     constexpr bool own = shape_of_t<A>::rank == 3;
     mat_ref<T> const bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
-    operand_gradient<Serial>(ex, u.pa(), st.ga,
-                             [&](T* dst, bool add) { ex.gemm(nb, m, k, n, g, bt, dst, k, own ? m * k : 0, add); });
+    operand_gradient<Serial>(ex, u.pa(), st.ga, k, [&](T* dst, index_t ld, bool add) {
+      ex.gemm(nb, m, k, n, g, bt, dst, ld, own ? m * ld : 0, add);
+    });
   }
   if constexpr (!std::is_same_v<PB, tuple<>>) {
     // d B (k x n) = op(A)^T (k x m) d C (m x n)
     constexpr bool own = shape_of_t<B>::rank == 3;
     mat_ref<T> const at{st.a.p, st.a.cs, st.a.rs, st.a.bs};
-    operand_gradient<Serial>(ex, u.pb(), st.gb,
-                             [&](T* dst, bool add) { ex.gemm(nb, k, n, m, at, g, dst, n, own ? k * n : 0, add); });
+    bool deferred = false;  // (taken over every step of a sweep: sweep_deferral)
+    if constexpr (!batched && direct_gradient<PB, typename Ex::space>::value)
+      if (!std::is_constant_evaluated()) deferred = defer_gradient(ex, u.pb(), st.a, g, m, n, k);
+    if (!deferred)
+      operand_gradient<Serial>(ex, u.pb(), st.gb, n, [&](T* dst, index_t ld, bool add) {
+        ex.gemm(nb, k, n, m, at, g, dst, ld, own ? k * ld : 0, add);
+      });
   }
 }
 
@@ -333,7 +480,22 @@ void run_scan(Ex& ex, E const& e) {
   z.argmax = true;
   constexpr std::size_t RC = CS::rank;
   using MV = tensor_view<T, CS, row_major, Sp>;
+  // with every step's values kept, products' weight gradients are taken in one gemm over
+  // the steps (sweep_deferral); the thread's current sweep is this one until it ends
+  sweep_deferral<T> defer;
+  if constexpr (std::is_same_v<T, float>) defer.mem = k.region_.f, defer.mem_n = k.region_.copies * k.region_.nf;
+  else if constexpr (std::is_same_v<T, double>) defer.mem = k.region_.d, defer.mem_n = k.region_.copies * k.region_.nd;
+  else if constexpr (std::is_same_v<T, long double>) defer.mem = k.region_.l, defer.mem_n = k.region_.copies * k.region_.nl;
+  struct sweep_scope {
+    sweep_slot saved;
+    sweep_scope(sweep_deferral<T>* d) : saved(current_sweep()) {
+      current_sweep() = d ? sweep_slot{&sweep_tag_v<T>, d} : sweep_slot{};
+    }
+    ~sweep_scope() { current_sweep() = saved; }
+  } const scope(k.steps_ ? &defer : nullptr);
   for (index_t t = steps - 1; t >= 0; --t) {
+    defer.t = t;
+    defer.visit = 0;
     T* const gc = scan_carry_grad(t, c, k.ga_, g);  // the adjoint of carry t - 1 so far
     T* const gnext = g + std::size_t(t) * c;         // the whole adjoint of carry t
     if (t == 0) ex.clear(gc, index_t(c));
@@ -363,6 +525,7 @@ void run_scan(Ex& ex, E const& e) {
       run_elements<Serial>(ex, e.step(e2, gnext));
     }
   }
+  for (int i = 0; i < defer.n; ++i) flush_deferred(ex, defer.d[i]);
   run_elements<Serial>(ex, e.carry(k.ga_));
   run_elements<Serial>(ex, e.input());
 }

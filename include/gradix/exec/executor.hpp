@@ -18,6 +18,13 @@
 ///                                    no sweep reads recomputes its lets' elementwise operands
 ///                                    where they are read (fewer launches) instead of keeping
 ///                                    them in buffers (exec/save_scan.hpp, keep_scan)
+///     step_gradient_rows             (static constexpr index_t) the most rows of inner extent
+///                                    a scan's sweep gives one gemm of a weight's gradient
+///                                    over its steps (0: every step in one; exec/elements.hpp,
+///                                    sweep_deferral)
+///     step_gradient_min              (static constexpr index_t) the fewest elements a weight's
+///                                    gradient has for the sweep to take it over several steps
+///                                    at once (a smaller one: step by step)
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
 ///     gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate)

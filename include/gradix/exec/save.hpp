@@ -155,7 +155,8 @@ constexpr void count_product(N const& n, saved_sizes& z) {
   if (copies_operand<Ex, T>(n.lhs_)) z.template add<T>(std::size_t(n.lhs_.shape().size()));
   if (copies_operand<Ex, T>(n.rhs_)) z.template add<T>(std::size_t(n.rhs_.shape().size()));
   if (!z.argmax) return;
-  z.template add_adjoint<T>(std::size_t(n.shape().size()));
+  if (z.step_adjoints) z.template add<T>(std::size_t(n.shape().size()));  // (take_step_adjoint)
+  else z.template add_adjoint<T>(std::size_t(n.shape().size()));
   if constexpr (ad::reaches_param_v<decltype(n.lhs_)>) z.template add_adjoint<T>(std::size_t(n.lhs_.shape().size()));
   if constexpr (ad::reaches_param_v<decltype(n.rhs_)>) z.template add_adjoint<T>(std::size_t(n.rhs_.shape().size()));
 }
@@ -198,7 +199,7 @@ constexpr auto keep_product(N const& n, saved_space<Ex>& s) {
   r.extra_.a = o.a;
   r.extra_.b = o.b;
   if (s.argmax()) {
-    r.extra_.gc = adjoint_buffer<T, S>(s.template take_adjoint<T>(std::size_t(n.shape().size())), n.shape());
+    r.extra_.gc = adjoint_buffer<T, S>(s.template take_step_adjoint<T>(std::size_t(n.shape().size())), n.shape());
     if constexpr (ad::reaches_param_v<decltype(n.lhs_)>)
       r.extra_.ga = s.template take_adjoint<T>(std::size_t(n.lhs_.shape().size()));
     if constexpr (ad::reaches_param_v<decltype(n.rhs_)>)
@@ -250,8 +251,12 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
     using T = value_type_t<Z>;
     count_saved<Ex, true>(n.z_, z);
     if constexpr (!ad::keeps_value_v<Z, true>) z.template add<T>(std::size_t(n.z_.shape().size()));
-    if constexpr (ad::reaches_param_v<Z>)
-      if (z.argmax) z.template add_adjoint<T>(std::size_t(n.z_.shape().size()));
+    if constexpr (ad::reaches_param_v<Z>) {
+      if (z.argmax) {
+        if (z.step_adjoints) z.template add<T>(std::size_t(n.z_.shape().size()));  // (take_step_adjoint)
+        else z.template add_adjoint<T>(std::size_t(n.z_.shape().size()));
+      }
+    }
     count_saved<Ex, Under>(n.body_, z);
     return;
   } else if constexpr (is_bound_let_node<N>::value) {
@@ -438,7 +443,7 @@ constexpr auto keep_let_rest(let_node<Nm, Z, B> const& n, saved_space<Ex>& s, Z2
   // adds into it (its saved node holds it as the target of those kernels)
   T* gz = nullptr;
   if constexpr (Nm::reaches_param)
-    if (s.argmax()) gz = s.template take_adjoint<T>(std::size_t(n.z_.shape().size()));
+    if (s.argmax()) gz = s.template take_step_adjoint<T>(std::size_t(n.z_.shape().size()));
   auto rep = [&] {
     if constexpr (is_saved_node<Z2>::value) {
       using R = saved_node<var_node<Nm>, typename Z2::layout_type>;

@@ -48,6 +48,7 @@ constexpr saved_sizes scan_step_sizes(N const& n, bool backward) {
                               static_cast<T const*>(nullptr), static_cast<T*>(nullptr), static_cast<T*>(nullptr));
   saved_sizes z;
   z.argmax = backward;
+  z.step_adjoints = scan_keeps_steps<N>(backward);
   count_saved<Ex, true>(b, z);
   return z;
 }
@@ -102,8 +103,10 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   auto const xsh = one_step(n.xs_.shape());
   using CS = std::remove_cvref_t<decltype(cs)>;
   std::size_t const c = std::size_t(cs.size()), x = std::size_t(xsh.size());
-  T* h = s.template take<T>(std::size_t(steps) * c);
-  T* cinit = s.template take<T>(c);
+  // carry -1 then the carries, one buffer: the carry each step reads is row block t of one
+  // evenly strided matrix (a product reading it in place over every step: sweep_deferral)
+  T* cinit = s.template take<T>(std::size_t(steps) * c + c);
+  T* h = cinit + c;
   s.ex().assign(tensor_view<T, CS, row_major, Sp>(cinit, cs), c02);
   T* xb = s.template take<T>(std::size_t(steps) * x);
   using XsS = shape_of_t<decltype(xs2)>;
@@ -125,6 +128,7 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   r.af = zs.af;
   r.ad = zs.ad;
   r.al = zs.al;
+  r.copies = copies;
   r.f = s.template take<float>(copies * zs.nf);
   r.d = s.template take<double>(copies * zs.nd);
   r.l = s.template take<long double>(copies * zs.nl);

@@ -27,6 +27,11 @@ struct saved_sizes {
   std::size_t ni = 0;  // index_t (arg-max coordinates of kept max reductions, bags)
   std::size_t af = 0, ad = 0, al = 0;  // adjoint buffers: float, double, long double
   bool argmax = false;  // a backward call: kept max reductions keep their arg-max too
+  // one step of a scan whose steps' values are all kept (a backward call without
+  // gx::recompute_steps): its products' and lets' adjoints are among the step's own values,
+  // so that each step's stay after it (a product's weight gradient then takes one gemm over
+  // every step: exec/elements.hpp, sweep_deferral)
+  bool step_adjoints = false;
   constexpr std::size_t bytes() const {
     auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
     return up(nd * sizeof(double)) + up(nf * sizeof(float)) + up(nl * sizeof(long double)) +
@@ -143,18 +148,22 @@ class saved_space {
     take_from_workspace(z);
   }
   /// (run time only) A scan step's buffers: carved from region r of the call's workspace
-  /// (expr/scan.hpp), nothing taken from the workspace itself; the nodes it keeps are given
-  /// back when it ends, unless keep_nodes (the last step's, which the call keeps).
+  /// (expr/scan.hpp), nothing taken from the workspace itself: its values are copy `step`
+  /// of the region's r.copies, buffer by buffer (take), its adjoint buffers the region's; the
+  /// nodes it keeps are given back when it ends, unless keep_nodes (the last step's, which
+  /// the call keeps).
   saved_space(saved_sizes const& z, X& ex, scan_region const& r, std::size_t step, bool keep_nodes)
       : z_(z),
         ex_(&ex),
-        f_(r.f + step * r.nf),
-        d_(r.d + step * r.nd),
-        l_(r.l + step * r.nl),
-        i_(r.i + step * r.ni),
+        f_(r.f),
+        d_(r.d),
+        l_(r.l),
+        i_(r.i),
         fa_(r.fa),
         da_(r.da),
         la_(r.la),
+        copies_(r.copies),
+        step_(step),
         keep_nodes_(keep_nodes) {}
   /// Marks the thread's node arena now (run time), so that the nodes kept from here on, by
   /// this space or by spaces made after it, are given back when this one ends.
@@ -247,13 +256,19 @@ class saved_space {
   constexpr X& ex() const { return *ex_; }
   /// Whether kept max reductions keep their arg-max (a backward call).
   constexpr bool argmax() const { return z_.argmax; }
-  /// The next n elements of T (values).
+  /// The next n elements of T (values): in a scan step's space, copy step_ of the next
+  /// copies_ consecutive buffers of n (one per step).
   template <class T>
   constexpr T* take(std::size_t n) {
-    if constexpr (std::is_same_v<T, float>) return f_ + (uf_ += n) - n;
-    else if constexpr (std::is_same_v<T, double>) return d_ + (ud_ += n) - n;
-    else if constexpr (std::is_same_v<T, index_t>) return i_ + (ui_ += n) - n;
-    else return l_ + (ul_ += n) - n;
+    auto at = [&](auto* base, std::size_t& used) {
+      std::size_t const u = used;
+      used += n;
+      return base + copies_ * u + step_ * n;
+    };
+    if constexpr (std::is_same_v<T, float>) return at(f_, uf_);
+    else if constexpr (std::is_same_v<T, double>) return at(d_, ud_);
+    else if constexpr (std::is_same_v<T, index_t>) return at(i_, ui_);
+    else return at(l_, ul_);
   }
   /// The next n elements of T among the adjoint buffers (a backward call's).
   template <class T>
@@ -261,6 +276,13 @@ class saved_space {
     if constexpr (std::is_same_v<T, float>) return fa_ + (ufa_ += n) - n;
     else if constexpr (std::is_same_v<T, double>) return da_ + (uda_ += n) - n;
     else return la_ + (ula_ += n) - n;
+  }
+  /// The next n elements of T for a product's or a let's adjoint: among the step's own
+  /// values in a scan step that keeps its adjoints (saved_sizes::step_adjoints), else among
+  /// the adjoint buffers.
+  template <class T>
+  constexpr T* take_step_adjoint(std::size_t n) {
+    return z_.step_adjoints ? take<T>(n) : take_adjoint<T>(n);
   }
   /// (run time) Room for n objects of trivially destructible R in the thread's node arena,
   /// uninitialized, kept until this space ends (a scan's steps).
@@ -283,6 +305,7 @@ class saved_space {
   long double* la_ = nullptr;
   std::size_t uf_ = 0, ud_ = 0, ul_ = 0, ui_ = 0;
   std::size_t ufa_ = 0, uda_ = 0, ula_ = 0;
+  std::size_t copies_ = 1, step_ = 0;  // (a scan step's: see take)
   bool keep_nodes_ = false;
   node_arena* arena_ = nullptr;  // (run time) the thread's, from mark_ on
   node_arena::mark mark_{};

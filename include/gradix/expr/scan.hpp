@@ -140,6 +140,10 @@ struct scan_region {
   long double* la = nullptr;
   std::size_t nf = 0, nd = 0, nl = 0, ni = 0;  // one step's values
   std::size_t af = 0, ad = 0, al = 0;          // the adjoint buffers
+  // copies of a step's values (the number of steps when every step's are kept, else 1),
+  // laid out buffer by buffer: a step's k-th buffer of n elements is the t-th of `copies`
+  // consecutive ones (so a buffer over all steps is one evenly strided array)
+  std::size_t copies = 1;
 };
 
 /// A scan after the save transform (held by the call, read through a saved_node).

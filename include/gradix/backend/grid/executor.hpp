@@ -44,6 +44,11 @@ class executor {
   /// lets' elementwise operands where it uses them: fewer launches (an LSTM step: the
   /// product and one kernel), the elementwise work recomputed.
   static constexpr bool inlines_step_lets = true;
+  /// A scan's reverse sweep takes a weight's gradient in one gemm over every step
+  /// (exec/elements.hpp, sweep_deferral; 0: no bound on its rows): one launch, not one
+  /// per step.
+  static constexpr index_t step_gradient_rows = 0;
+  static constexpr index_t step_gradient_min = 0;  // (any weight)
   /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
   /// device call that fails part way leaves what it wrote, docs/cuda.md).
   template <std::size_t N>

@@ -30,6 +30,18 @@ struct executor {
   /// cell's c2 twice, its gates' sigmoids with it) measured 20-35% slower on the host than
   /// writing them and reading them back from cache.
   static constexpr bool inlines_step_lets = false;
+  /// A scan's reverse sweep takes a weight's gradient of at least 2^17 elements (512 KB of
+  /// floats) over several steps at once, in gemms of at most 128 rows of inner extent (4
+  /// steps of a batch of 32), and a smaller one step by step (exec/elements.hpp,
+  /// sweep_deferral). Measured with OpenBLAS 0.3.21 on an AMD EPYC (Zen 1), 1 thread: an
+  /// LSTM's 256 x 1024 gradient over 64 steps of 32 rows took 30 ms in one gemm, 28 ms step
+  /// by step, 25 ms in gemms of 128 rows, and taking it 4 steps at a time spares the
+  /// step-by-step read and write of the whole 1 MB gradient (examples/char_rnn's step 8-9%
+  /// faster); an Elman layer's 128 x 128 gradient over 1024 steps took 84 ms in one gemm, 31
+  /// step by step, 30 in gemms of 128 rows, yet bench/scan.cpp's sweep ran 35% slower with
+  /// it deferred in gemms of 128 rows (not understood: the gemms alone do not account for it).
+  static constexpr index_t step_gradient_rows = 128;
+  static constexpr index_t step_gradient_min = index_t(1) << 17;
   /// The storage guard of a plan: busy flags, and the storages' state kept for a rollback.
   template <std::size_t N>
   using guard = ::gradix::detail::storage_guard<N>;
