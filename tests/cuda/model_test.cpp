@@ -211,14 +211,58 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
   CHECK((fwd[1] - fwd[0]) % 4 == 0);
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
   // a backward call: the forward keeps each step's lets (the product, the two lets, the
-  // concat into the carry: 4); the sweep's step is its elementwise adjoint (7 kernels) and
-  // the product accumulating h's adjoint straight into the carry's (a column slice: ldc =
-  // 2H), Wh's gradient one product over every step when the sweep ends
-  CHECK((bwd[1] - bwd[0]) / 4 == 4 + 8);
+  // concat into the carry: 4); the sweep's step is its elementwise adjoint in one launch
+  // (the c2 let is pointwise: its adjoint is written and read element by element, so its
+  // body's uses and its operand's run as members of one launch, exec/elements.hpp
+  // pointwise_let; 7 launches before) and the product accumulating h's adjoint straight
+  // into the carry's (a column slice: ldc = 2H), Wh's gradient one product over every step
+  // when the sweep ends
+  CHECK((bwd[1] - bwd[0]) / 4 == 4 + 2);
   // recompute_steps: the forward keeps no step (2), the sweep recomputes each step (4) and
-  // takes Wh's gradient step by step (9)
-  CHECK((rec[1] - rec[0]) / 4 == 2 + 4 + 9);
+  // takes Wh's gradient step by step (3)
+  CHECK((rec[1] - rec[0]) / 4 == 2 + 4 + 3);
   CHECK((rec[1] - rec[0]) % 4 == 0);
+}
+
+TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and both scatter modes") {
+  // the c2 let of gx::cells::lstm_projected is pointwise: its body's uses and its operand's
+  // run as members of one launch on the same blocks (exec/elements.hpp pointwise_let,
+  // grid::executor::run_pointwise_let), each thread writing c2's adjoint at its elements and
+  // then reading it there; in deterministic mode the gates' adjoint, which members of both
+  // plans add into, keeps the plans apart. Double precision, against the host; with few
+  // threads and few blocks (a grid-stride walk), and blocks and threads in shuffled orders
+  index_t const H = 6, B = 5, steps = 7;
+  auto const hwh = gx::randn<T>(gx::dims(H, 4 * H), 4, 0.0, 0.4);
+  auto const hc0 = gx::randn<T>(gx::dims(B, 2 * H), 2, 0.0, 0.5);
+  auto const hxw = gx::randn<T>(gx::dims(steps, B, 4 * H), 1, 0.0, 0.6);
+  auto body = [](auto& wh) { return [&wh](auto hc, auto xt) { return gx::cells::lstm_projected(xt, hc, wh); }; };
+  auto hp = gx::param(hwh);
+  T const hv = gx::backward(gx::sum(gx::square(gx::scan(hc0, hxw, body(hp)))));
+  auto const hg = hp.grad().to_dense();
+  for (config c : configs) {
+    index_t launches[2] = {0, 0};
+    for (auto sm : {mode::atomic, mode::deterministic}) {
+      INFO("threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle << ", "
+                      << (sm == mode::atomic ? "atomic" : "deterministic"));
+      launcher l = make_launcher(c);
+      {
+        auto dxw = to_device(l, hxw);
+        auto dc0 = to_device(l, hc0);
+        auto dp = grid::param(to_device(l, hwh));
+        grid::backward_options const o{sm, {c.threads, c.max_blocks}};
+        index_t const a = l.launches();
+        T const dv = grid::backward(l, gx::sum(gx::square(gx::scan(dc0.view(), dxw.view(), body(dp)))), o);
+        launches[sm == mode::deterministic] = l.launches() - a;
+        CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+        CHECK(max_rel(dp.grad().download(), hg) <= 1e-12);
+      }
+      CHECK(l.live_allocations() == 0);
+    }
+    // deterministic: the c2 let's body is two launches (its two adds into c2's adjoint apart)
+    // and its operand three (the gates' i, f, g slices each in a launch of their own, the
+    // carry's c beside the last), where atomic mode takes one for both: 4 more per step
+    CHECK(launches[1] - launches[0] == 4 * steps);
+  }
 }
 
 TEST_CASE("device models: a GRU cell's scan, forward and with gx::recompute_steps (its let read where it is used)") {

@@ -134,6 +134,37 @@ class executor {
   void run_serial(U const& u) {
     run(u);
   }
+  /// Consecutive kernel elements of one plan (exec/elements.hpp, run_elements) share
+  /// launches: their uses run as run_whole's do (plain_plan.hpp, run_fused_uses: in atomic
+  /// mode one launch, uses that write one storage adding atomically; in deterministic mode a
+  /// new launch at a storage written already), when every target is dense (their sparse
+  /// slots were reserved by the plan's pre-pass, which a fused launch would do again) and the
+  /// launch's parameters stay small; else use after use. A scan step's elementwise adjoint
+  /// is one or two launches this way, not one per use (tests/cuda/model_test.cpp).
+  static constexpr bool runs_kernels_together = true;
+  /// A pointwise let (exec/elements.hpp, pointwise_let: its buffer written and read element
+  /// by element) runs its body's and its operand's uses in one launch, every use on the
+  /// same blocks, each thread's elements the same in all (plain_plan.hpp,
+  /// run_pointwise_uses): an LSTM cell's elementwise adjoint is one launch
+  /// (tests/cuda/model_test.cpp). Returns false, having run nothing, where the shapes or the
+  /// scatter mode do not allow it.
+  static constexpr bool runs_pointwise_lets = true;
+  template <class PB, class PZ, class G>
+  bool run_pointwise_let(PB const& pb, PZ const& pz, G const& gz) {
+    auto const us = ::gradix::tuple_cat(detail::plan_uses(pb), detail::plan_uses(pz));
+    return detail::run_pointwise_uses(*l_, us, detail::span_of(&gz), gz.shape().extents(), o_);
+  }
+  template <class... E>
+  void run_kernels(tuple<E...> const& es) {
+    auto const us = detail::plan_uses(es);
+    if constexpr ([]<class... U>(tuple<U...> const*) {
+                    return detail::fuse_uses_v<U...> && (!U::storage_type::sparse && ...);
+                  }(static_cast<decltype(us) const*>(nullptr))) {
+      detail::run_fused_uses(*l_, us, o_);
+    } else {
+      for_each_element(es, [&](auto const& u) { run(u); });
+    }
+  }
   template <bool Serial, class U>
   void row_adjoint(U const& u) {
     // the saved node lives in the call's host memory: its buffers' pointers go to the kernel

@@ -118,6 +118,34 @@ void refresh_reservation(K& k, G const& g) {
   }
 }
 
+/// The memory a use's target covers, to tell which uses of a launch write the same memory:
+/// a dense storage's elements from its first to its last (two buffers that share memory, as
+/// the placeholders of one let do, each with its own target object, are found to collide); a
+/// sparse storage is the storage object itself (its slots move as it grows).
+struct target_span {
+  char const* begin = nullptr;
+  char const* end = nullptr;
+  bool overlaps(target_span const& o) const { return begin && o.begin && begin < o.end && o.begin < end; }
+};
+template <class G>
+target_span span_of(G const* g) {
+  if (!g) return {};
+  if constexpr (G::sparse) {
+    auto const p = reinterpret_cast<char const*>(g);
+    return {p, p + 1};
+  } else {
+    auto const ext = g->shape().extents();
+    auto const st = g->strides();
+    std::size_t last = 0;
+    for (std::size_t j = 0; j < ext.size(); ++j) {
+      if (ext[j] == 0) return {};
+      last += std::size_t(ext[j] - 1) * std::size_t(st[j]);
+    }
+    auto const p = reinterpret_cast<char const*>(g->data());
+    return {p, p + (last + 1) * sizeof(typename G::value_type)};
+  }
+}
+
 /// Runs uses us on l, fused. The uses are cut into groups, in plan order; each group is one
 /// reservation launch and, after every group's reservations, one update launch. In atomic
 /// mode one group holds every use: the reservations of one storage run in one block, one
@@ -133,34 +161,37 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
   using Seq = std::index_sequence_for<U...>;
   bool const share = o.mode == scatter_mode::atomic;
   void const* target[N] = {};
-  [&]<std::size_t... I>(std::index_sequence<I...>) { ((target[I] = get<I>(us).target_), ...); }(Seq{});
+  target_span span[N] = {};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((target[I] = get<I>(us).target_, span[I] = span_of(get<I>(us).target_)), ...);
+  }(Seq{});
   array<int, N> group{};
   int groups = 0;
   {
-    void const* in_group[N] = {};
+    std::size_t in_group[N] = {};
     std::size_t k = 0;
     bool any = false;
     for (std::size_t i = 0; i < N; ++i) {
       group[i] = -1;
       if (!target[i]) continue;
       for (std::size_t q = 0; q < k && !share; ++q)
-        if (in_group[q] == target[i]) {
+        if (span[in_group[q]].overlaps(span[i])) {
           ++groups;
           k = 0;
           break;
         }
-      in_group[k++] = target[i];
+      in_group[k++] = i;
       group[i] = groups;
       any = true;
     }
     if (!any) return;
     ++groups;
   }
-  // whether another use of the same group writes the same storage
+  // whether another use of the same group writes memory this one writes
   array<bool, N> shared{};
   for (std::size_t i = 0; i < N; ++i)
     for (std::size_t j = 0; j < N; ++j)
-      if (i != j && group[i] >= 0 && group[i] == group[j] && target[i] == target[j]) shared[i] = true;
+      if (i != j && group[i] >= 0 && group[i] == group[j] && span[i].overlaps(span[j])) shared[i] = true;
   index_t const cap = o.launch.max_blocks > 0 ? o.launch.max_blocks : max_grid_blocks;
   // 1. the reservations, group by group (each group's storages make room just before its
   //    launch), and beside them, in deterministic mode, the one-block key sorts of its lookups
@@ -220,6 +251,117 @@ void run_fused_uses(L& l, tuple<U...> const& us, backward_options o) {
     }(Seq{});
     for (std::size_t i = 0; i < N; ++i)
       if (group[i] == g) keys[i].reset();
+  }
+}
+
+/// The order in which update_kernel's threads take the elements of a rank-R domain with
+/// no projected axis: axis Fast first, row-major order when Fast is -1 or the last axis.
+template <class U>
+inline constexpr int walk_order_v = [] {
+  constexpr int f = use_axes<U>::fast;
+  constexpr int r = int(ad::kernel_traits<U>::domain_rank);
+  return f < 0 ? r - 1 : f;
+}();
+
+/// A use as a member of run_pointwise_uses's launch: its one-thread-per-element kernel
+/// (update_kernel), adding atomically when another member writes the same memory.
+template <class Use>
+struct pointwise_member {
+  using W = use_work<Use>;
+  static constexpr bool uses_barriers = false;
+  typename W::thread_kernel k_;
+  bool atomic_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    if constexpr (W::K::injective) {
+      if (atomic_) {
+        typename W::thread_atomic_kernel{k_.dom_, k_.v_, k_.map_, k_.data_, k_.addr_, k_.n_outer_, k_.n_proj_}(c);
+        return;
+      }
+    }
+    k_(c);
+  }
+};
+
+/// Whether uses U... can run as members of one launch that all cover the same blocks, each
+/// thread taking the same elements in every member (run_pointwise_uses): rank-R domains, no
+/// projected axis, one walk order, and the launch's parameters within the 4 KiB that CUDA
+/// gives a kernel on every device (less a margin).
+template <std::size_t R, class... U>
+inline constexpr bool pointwise_launch_v = sizeof...(U) >= 2 &&
+                                           ((ad::kernel_traits<U>::domain_rank == R && use_axes<U>::projected == 0 &&
+                                             walk_order_v<U> == int(R) - 1) &&
+                                            ...) &&
+                                           sizeof(fused_kernel<pointwise_member<U>...>) <= 3840;
+
+/// Runs uses us, whose domains all have extents ext, in one launch in which every member
+/// covers the same blocks and each thread takes the same elements in every member, one
+/// member after the other: a use may then read, at its own element, what an earlier member
+/// wrote at that element into `through` (a pointwise let's buffer: exec/elements.hpp,
+/// pointwise_let). Uses that write `through` add plainly (each element is one thread's);
+/// uses whose targets share other memory add atomically in atomic mode. Returns false, having
+/// run nothing, when the uses or the shapes do not allow it (a domain of other extents, a
+/// kernel that is not one thread per element, shared targets in deterministic mode).
+template <class L, std::size_t R, class... U>
+bool run_pointwise_uses(L& l, tuple<U...> const& us, target_span through, array<index_t, R> const& ext,
+                        backward_options o) {
+  if constexpr (!pointwise_launch_v<R, U...>) {
+    return false;
+  } else {
+    constexpr std::size_t N = sizeof...(U);
+    using Seq = std::index_sequence_for<U...>;
+    index_t total = 1;
+    for (std::size_t j = 0; j < R; ++j) total *= ext[j];
+    if (total == 0 || !through.begin) return false;
+    bool same = true;
+    target_span span[N] = {};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      auto one = [&](auto const& u, target_span& sp) {
+        auto const e = u.dom_.extents();
+        for (std::size_t j = 0; j < R; ++j) same = same && e[j] == ext[j];
+        sp = span_of(u.target_);
+      };
+      (one(get<I>(us), span[I]), ...);
+    }(Seq{});
+    if (!same) return false;
+    // a use's target is `through` itself, or memory apart from it
+    array<bool, N> shared{};
+    for (std::size_t i = 0; i < N; ++i) {
+      bool const in = span[i].begin == through.begin && span[i].end == through.end;
+      if (!in && span[i].overlaps(through)) return false;
+      for (std::size_t j = 0; j < N && !in; ++j)
+        if (i != j && span[i].overlaps(span[j])) shared[i] = true;
+      if (shared[i] && o.mode != scatter_mode::atomic) return false;
+    }
+    std::unique_ptr<device_buffer<L>> keys[N];
+    auto const ws = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<use_work<U>...>{make_work(l, get<I>(us), o.mode, keys[I], o.launch)...};
+    }(Seq{});
+    bool ok = true;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((ok = ok && (std::get<I>(ws).kind_ == store_kind::none ||
+                    (std::get<I>(ws).kind_ == store_kind::thread && std::get<I>(ws).n_outer_ == total))),
+       ...);
+    }(Seq{});
+    if (!ok) return false;
+    fused_kernel<pointwise_member<U>...> k{[&]<std::size_t... I>(std::index_sequence<I...>) {
+                                             return ::gradix::make_tuple(
+                                                 pointwise_member<U>{std::get<I>(ws).as_thread(), shared[I]}...);
+                                           }(Seq{}),
+                                           {},
+                                           {}};
+    index_t t = o.launch.threads > 0 ? o.launch.threads : 256;
+    if (t > l.max_threads()) t = l.max_threads();
+    index_t const cap = o.launch.max_blocks > 0 ? o.launch.max_blocks : max_grid_blocks;
+    index_t nb = (total + t - 1) / t;
+    if (nb > cap) nb = cap;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((k.begin_[I] = 0, k.end_[I] = std::get<I>(ws).kind_ == store_kind::thread ? nb : 0), ...);
+    }(Seq{});
+    static_assert(std::is_trivially_copyable_v<decltype(k)>, "gradix::grid: a fused launch must be trivially copyable");
+    l.launch(launch_shape{nb, t, 0}, k);
+    return true;
   }
 }
 
