@@ -119,6 +119,43 @@ TEST_CASE("scan: weights' gradients taken in one product over the steps, and a p
 }
 
 
+TEST_CASE("scan: a large weight read transposed by every step's product, through one copy per sweep") {
+  // h Wh with Wh 256 x 256 over 9 steps of 3 rows: the host's sweep gives each step's
+  // dA = dC Wh^T gemm a row-major copy of Wh^T made once per sweep (exec/elements.hpp,
+  // step_transposed: a weight of at least 2^16 elements, at most 256 rows a step, at least
+  // 8 steps); gx::recompute_steps reads Wh in place (no copy), as every call did before.
+  // Then Wh's values change in place and both run again: a copy from the first call must
+  // not be read (each sweep makes its own), and a nested pair of calls in one thread
+  // (the loss's value taken between) changes nothing.
+  index_t const T = 9, B = 3, H = 256;
+  auto xs = gx::uniform<double>(gx::dims(T, B, H), 81, -1.0, 1.0);
+  auto wh = gx::param(gx::uniform<double>(gx::dims(H, H), 82, -0.08, 0.08));
+  auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 83, -0.5, 0.5));
+  auto wo = gx::uniform<double>(gx::dims(T, B, H), 84, -1.0, 1.0);
+  auto body = [&](auto h, auto x) { return gx::tanh(x + gx::matmul(h, wh)); };
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    auto kept = gx::sum(gx::scan(h0, xs, body) * wo);
+    auto stepwise = gx::sum(gx::scan(h0, xs, body, gx::recompute_steps) * wo);
+    same_gradient(wh, kept, stepwise, 1e-12);
+    same_gradient(h0, kept, stepwise, 1e-12);
+    // a few entries against central differences
+    double const eps = 1e-6;
+    for (index_t k : {index_t(0), index_t(257), index_t(H * H - 1)}) {
+      auto g = gx::grad(kept, wh).to_dense();
+      double& w = wh.value().data()[k];
+      double const w0 = w;
+      w = w0 + eps;
+      double const up = gx::value(stepwise);
+      w = w0 - eps;
+      double const down = gx::value(stepwise);
+      w = w0;
+      CHECK(g.data()[k] == doctest::Approx((up - down) / (2 * eps)).epsilon(1e-6));
+    }
+    for (index_t k = 0; k < H * H; ++k) wh.value().data()[k] *= -0.75;  // in place: the same memory
+  }
+}
+
 TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and the unrolled cells") {
   index_t const B = 2, D = 3, H = 4;
   constexpr index_t T = 3;

@@ -31,6 +31,7 @@
 #include "gradix/config.hpp"
 #include "gradix/core/tuple.hpp"
 #include "gradix/core/view.hpp"
+#include "gradix/exec/fusion.hpp"
 #include "gradix/exec/save.hpp"
 #include "gradix/expr/scan.hpp"
 #include "gradix/expr/matmul.hpp"
@@ -39,6 +40,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -98,26 +101,6 @@ constexpr void for_each_kernel(E& e, F&& f) {
 template <bool Serial, class Ex, class E>
 constexpr void run_element(Ex& ex, E const& e);
 
-/// Whether plan element E is one of the executor's kernels (a use, a fused pair, a
-/// multi_use), not an element that writes a workspace buffer first.
-template <class E>
-inline constexpr bool kernel_element_v = ad::is_plain_use<E>::value || ad::is_fused<E>::value || ad::is_multi<E>::value;
-
-/// The end of the run of kernel elements of E... that starts at I (I itself when
-/// element I is not one).
-template <std::size_t I, class... E>
-constexpr std::size_t kernel_run_end() {
-  constexpr bool k[] = {kernel_element_v<E>..., false};
-  std::size_t j = I;
-  while (j < sizeof...(E) && k[j]) ++j;
-  return j;
-}
-
-/// Whether executor Ex runs a run of consecutive kernel elements of one plan together
-/// (`run_kernels(tuple)`: the grid's, in as few launches as their targets allow).
-template <class Ex>
-concept runs_kernels_together = requires { Ex::runs_kernels_together; } && Ex::runs_kernels_together;
-
 template <bool Serial, std::size_t I, class Ex, class... E>
 constexpr void run_elements_from(Ex& ex, tuple<E...> const& plan) {
   if constexpr (I < sizeof...(E)) {
@@ -141,59 +124,6 @@ constexpr void run_elements(Ex& ex, Plan const& plan) {
   run_elements_from<Serial, 0>(ex, plan);
 }
 
-// ---------------------------------------------------------------------------------------
-// A let whose adjoint flows through it element by element
-
-/// Whether pushing an adjoint through the let operand N (after the save transform) reads
-/// that adjoint only at each domain element's own coordinate, over a domain of N's shape:
-/// N is elementwise nodes and slices (index nodes: they move the target, not the read) down
-/// to leaves whose push is one use (views, parameters, constants, let placeholders). Any
-/// other node (a reduction, a permute, a reshape, a concat, a product, a kept value)
-/// may read the adjoint elsewhere or stage it in a buffer.
-template <class N>
-struct pointwise_operand : std::bool_constant<is_view_v<N> || is_param_node<N>::value> {};
-template <class T>
-struct pointwise_operand<scalar_node<T>> : std::true_type {};
-template <class T, class S, class F>
-struct pointwise_operand<pattern_node<T, S, F>> : std::true_type {};
-template <class Op, class A>
-struct pointwise_operand<unary_node<Op, A>> : pointwise_operand<A> {};
-template <class Op, class L, class R>
-struct pointwise_operand<binary_node<Op, L, R>>
-    : std::bool_constant<pointwise_operand<L>::value && pointwise_operand<R>::value> {};
-template <class A, std::size_t Axis, class Idx>
-struct pointwise_operand<index_node<A, Axis, Idx>> : pointwise_operand<A> {};
-template <class N, class L>
-struct pointwise_operand<saved_node<N, L>> : is_var_node<N> {};
-
-/// Whether plan element U of a let's body plan is a plain use that, when it adds into the
-/// let's buffer (target type G), does so at each domain element's own coordinate.
-template <class U, class G>
-struct pointwise_body_use : std::false_type {};
-template <class D, class V, class M, class GU, class G>
-struct pointwise_body_use<ad::use<D, V, M, GU>, G>
-    : std::bool_constant<!std::is_same_v<GU, G> ||
-                         (D::rank == G::shape_type::rank &&
-                          std::is_same_v<M, decltype(ad::identity_map<G::shape_type::rank>())>)> {};
-
-template <class E>
-struct pointwise_let : std::false_type {};
-/// A let_use whose body's plan (PB) and operand's plan (PZ) are plain uses only, whose
-/// body's uses that add into the let's buffer (target type G) do so at the identity, and
-/// whose operand reads the buffer element by element (pointwise_operand): every element of
-/// the buffer is complete once the body's uses have run at that element, and the operand's
-/// uses read it there alone. An executor may then run both plans in one pass over the
-/// buffer's elements (runs_pointwise_let), the buffer never read across elements.
-template <class... B, class... Z, class G, class Zn, class Z2, class Body, class D, class V, class M>
-struct pointwise_let<ad::let_use<tuple<B...>, tuple<Z...>, G, bound_let_node<Zn, Z2, Body>, D, V, M>>
-    : std::bool_constant<sizeof...(B) >= 1 && sizeof...(Z) >= 1 && (pointwise_body_use<B, G>::value && ...) &&
-                         (ad::is_plain_use<Z>::value && ...) && pointwise_operand<Z2>::value> {};
-
-/// Whether executor Ex can run a pointwise let's two plans in one pass:
-/// `ex.run_pointwise_let(pb, pz, gz)` returns true when it did (false: the shapes or the
-/// options at run time do not allow it, and nothing ran).
-template <class Ex>
-concept runs_pointwise_lets = requires { Ex::runs_pointwise_lets; } && Ex::runs_pointwise_lets;
 
 /// The serial pre-pass of plan element e: its kernels reserve slots and mark slices (the
 /// kernels that write a workspace buffer have nothing to reserve).
@@ -411,9 +341,12 @@ template <class T>
 struct sweep_deferral {
   static constexpr int max = 8;
   deferred_gradient<T> d[max];
-  int n = 0;      // records made
-  int visit = 0;  // products visited in the current step
-  index_t t = 0;  // the current step
+  int n = 0;       // records made
+  int visit = 0;   // products visited in the current step (their operand B's gradients)
+  int tvisit = 0;  // products visited in the current step (their operand A's gradients)
+  index_t t = 0;   // the current step
+  index_t steps = 0;
+  std::uint64_t serial = 0;  // this sweep among the thread's (step_transposed)
   // the steps' values of element type T (every step's own: a dC there stays until the
   // sweep ends; one elsewhere, in an adjoint buffer the steps share, is not deferred)
   T const* mem = nullptr;
@@ -435,6 +368,64 @@ template <class T>
 sweep_deferral<T>* sweep_deferral_of() {
   sweep_slot const& s = current_sweep();
   return s.tag == &sweep_tag_v<T> ? static_cast<sweep_deferral<T>*>(s.ctx) : nullptr;
+}
+/// A sweep's copy of a product's operand B transposed (step_transposed): per product (by
+/// visit order) and thread, kept from call to call so that a warm call allocates nothing;
+/// valid for the sweep that made it (serial) and the operand it was made from.
+template <class T>
+struct transposed_copy {
+  std::unique_ptr<T[]> p;
+  std::size_t cap = 0;
+  std::uint64_t sweep = 0;
+  T const* src = nullptr;
+  index_t rows = 0, cols = 0, rs = 0, cs = 0;
+};
+template <class T>
+transposed_copy<T>* step_transposes() {
+  thread_local transposed_copy<T> c[sweep_deferral<T>::max];
+  return c;
+}
+inline std::uint64_t next_sweep_serial() {
+  thread_local std::uint64_t n = 0;
+  return ++n;
+}
+/// The operand bt (B^T, rows x cols, as a product's dA = dC B^T gemm reads it, m rows of
+/// dC per step) as the gemm of a sweep's step should read it: on an executor that asks for
+/// it (step_transpose_rows), when the BLAS would read it transposed (a unit stride along
+/// its rows: its NT form, which OpenBLAS runs up to 2.5 times slower than NN for few rows
+/// and a long inner extent), a row-major copy made once per sweep and read by every step;
+/// else bt itself. The copy's memory is the thread's, kept from call to call (a first call
+/// that cannot get it reads bt as it is).
+template <class Ex, class T>
+mat_ref<T> step_transposed(Ex& ex, mat_ref<T> const& bt, index_t rows, index_t cols, index_t m) {
+  if constexpr (!requires { Ex::step_transpose_rows; }) {
+    return bt;
+  } else {
+    sweep_deferral<T>* c = sweep_deferral_of<T>();
+    if (!c) return bt;
+    int const i = c->tvisit++;
+    if (i >= sweep_deferral<T>::max || bt.rs != 1 || bt.cs == 1 || bt.bs != 0 || m > Ex::step_transpose_rows ||
+        c->steps < Ex::step_transpose_steps || rows * cols < Ex::step_transpose_min)
+      return bt;
+    transposed_copy<T>& tc = step_transposes<T>()[i];
+    if (tc.sweep != c->serial || tc.src != bt.p || tc.rows != rows || tc.cols != cols || tc.cs != bt.cs) {
+      std::size_t const need = std::size_t(rows) * std::size_t(cols);
+      if (tc.cap < need) {
+        tc.p.reset(new (std::nothrow) T[need]);
+        tc.cap = tc.p ? need : 0;
+        tc.sweep = 0;
+        if (!tc.p) return bt;
+      }
+      ex.transpose(tc.p.get(), bt, rows, cols);
+      tc.sweep = c->serial;
+      tc.src = bt.p;
+      tc.rows = rows;
+      tc.cols = cols;
+      tc.rs = bt.rs;
+      tc.cs = bt.cs;
+    }
+    return mat_ref<T>{tc.p.get(), cols, 1, 0};
+  }
 }
 /// The deferred steps of r in one gemm (r off after).
 template <class Ex, class T>
@@ -513,7 +504,9 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   if constexpr (!std::is_same_v<PA, tuple<>>) {
     // d A (m x k) = d C (m x n) op(B)^T (n x k); a shared A sums over the batch
     constexpr bool own = shape_of_t<A>::rank == 3;
-    mat_ref<T> const bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
+    mat_ref<T> bt{st.b.p, st.b.cs, st.b.rs, st.b.bs};
+    if constexpr (!batched)
+      if (!std::is_constant_evaluated()) bt = step_transposed(ex, bt, n, k, m);
     operand_gradient<Serial>(ex, u.pa(), st.ga, k, [&](T* dst, index_t ld, bool add) {
       ex.gemm(nb, m, k, n, g, bt, dst, ld, own ? m * ld : 0, add);
     });
@@ -577,6 +570,8 @@ void run_scan(Ex& ex, E const& e) {
   // with every step's values kept, products' weight gradients are taken in one gemm over
   // the steps (sweep_deferral); the thread's current sweep is this one until it ends
   sweep_deferral<T> defer;
+  defer.steps = steps;
+  defer.serial = next_sweep_serial();
   if constexpr (std::is_same_v<T, float>) defer.mem = k.region_.f, defer.mem_n = k.region_.copies * k.region_.nf;
   else if constexpr (std::is_same_v<T, double>) defer.mem = k.region_.d, defer.mem_n = k.region_.copies * k.region_.nd;
   else if constexpr (std::is_same_v<T, long double>) defer.mem = k.region_.l, defer.mem_n = k.region_.copies * k.region_.nl;
@@ -590,6 +585,7 @@ void run_scan(Ex& ex, E const& e) {
   for (index_t t = steps - 1; t >= 0; --t) {
     defer.t = t;
     defer.visit = 0;
+    defer.tvisit = 0;
     T* const gc = scan_carry_grad(t, c, k.ga_, g);  // the adjoint of carry t - 1 so far
     T* const gnext = g + std::size_t(t) * c;         // the whole adjoint of carry t
     if (t == 0) ex.clear(gc, index_t(c));

@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// Which elements of a backward plan an executor may run together (the type-level facts;
+/// the running is exec/elements.hpp's and the executor's):
+///
+///   kernel runs      consecutive kernel elements of one plan (uses, fused pairs, multi
+///                    uses) read only what the elements before them wrote (the adjoint that
+///                    seeds the plan, the call's saved values), so they may run in any
+///                    order: an executor that says `runs_kernels_together` gets each run
+///                    whole (`run_kernels(tuple)`; the grid's: as few launches as their
+///                    targets allow);
+///   pointwise lets   a let whose adjoint is written and read element by element
+///                    (pointwise_let): its body's uses and its operand's may run in one pass
+///                    over the let's elements (`runs_pointwise_lets`, `run_pointwise_let`).
+
+#include "gradix/ad/kernel.hpp"
+#include "gradix/ad/map.hpp"
+#include "gradix/ad/product.hpp"
+#include "gradix/ad/region.hpp"
+#include "gradix/config.hpp"
+#include "gradix/core/tuple.hpp"
+#include "gradix/core/view.hpp"
+#include "gradix/expr/elementwise.hpp"
+#include "gradix/expr/index.hpp"
+#include "gradix/expr/let.hpp"
+#include "gradix/expr/node.hpp"
+#include "gradix/expr/pattern.hpp"
+#include "gradix/expr/saved.hpp"
+#include "gradix/expr/visit.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace gradix::detail {
+
+/// Whether plan element E is one of the executor's kernels (a use, a fused pair, a
+/// multi_use), not an element that writes a workspace buffer first.
+template <class E>
+inline constexpr bool kernel_element_v = ad::is_plain_use<E>::value || ad::is_fused<E>::value || ad::is_multi<E>::value;
+
+/// The end of the run of kernel elements of E... that starts at I (I itself when
+/// element I is not one).
+template <std::size_t I, class... E>
+constexpr std::size_t kernel_run_end() {
+  constexpr bool k[] = {kernel_element_v<E>..., false};
+  std::size_t j = I;
+  while (j < sizeof...(E) && k[j]) ++j;
+  return j;
+}
+
+/// Whether executor Ex runs a run of consecutive kernel elements of one plan together
+/// (`run_kernels(tuple)`: the grid's, in as few launches as their targets allow).
+template <class Ex>
+concept runs_kernels_together = requires { Ex::runs_kernels_together; } && Ex::runs_kernels_together;
+
+
+// ---------------------------------------------------------------------------------------
+// A let whose adjoint flows through it element by element
+
+/// Whether pushing an adjoint through the let operand N (after the save transform) reads
+/// that adjoint only at each domain element's own coordinate, over a domain of N's shape:
+/// N is elementwise nodes and slices (index nodes: they move the target, not the read) down
+/// to leaves whose push is one use (views, parameters, constants, let placeholders). Any
+/// other node (a reduction, a permute, a reshape, a concat, a product, a kept value)
+/// may read the adjoint elsewhere or stage it in a buffer.
+template <class N>
+struct pointwise_operand : std::bool_constant<is_view_v<N> || is_param_node<N>::value> {};
+template <class T>
+struct pointwise_operand<scalar_node<T>> : std::true_type {};
+template <class T, class S, class F>
+struct pointwise_operand<pattern_node<T, S, F>> : std::true_type {};
+template <class Op, class A>
+struct pointwise_operand<unary_node<Op, A>> : pointwise_operand<A> {};
+template <class Op, class L, class R>
+struct pointwise_operand<binary_node<Op, L, R>>
+    : std::bool_constant<pointwise_operand<L>::value && pointwise_operand<R>::value> {};
+template <class A, std::size_t Axis, class Idx>
+struct pointwise_operand<index_node<A, Axis, Idx>> : pointwise_operand<A> {};
+template <class N, class L>
+struct pointwise_operand<saved_node<N, L>> : is_var_node<N> {};
+
+/// Whether plan element U of a let's body plan is a plain use that, when it adds into the
+/// let's buffer (target type G), does so at each domain element's own coordinate.
+template <class U, class G>
+struct pointwise_body_use : std::false_type {};
+template <class D, class V, class M, class GU, class G>
+struct pointwise_body_use<ad::use<D, V, M, GU>, G>
+    : std::bool_constant<!std::is_same_v<GU, G> ||
+                         (D::rank == G::shape_type::rank &&
+                          std::is_same_v<M, decltype(ad::identity_map<G::shape_type::rank>())>)> {};
+
+template <class E>
+struct pointwise_let : std::false_type {};
+/// A let_use whose body's plan (PB) and operand's plan (PZ) are plain uses only, whose
+/// body's uses that add into the let's buffer (target type G) do so at the identity, and
+/// whose operand reads the buffer element by element (pointwise_operand): every element of
+/// the buffer is complete once the body's uses have run at that element, and the operand's
+/// uses read it there alone. An executor may then run both plans in one pass over the
+/// buffer's elements (runs_pointwise_let), the buffer never read across elements.
+template <class... B, class... Z, class G, class Zn, class Z2, class Body, class D, class V, class M>
+struct pointwise_let<ad::let_use<tuple<B...>, tuple<Z...>, G, bound_let_node<Zn, Z2, Body>, D, V, M>>
+    : std::bool_constant<sizeof...(B) >= 1 && sizeof...(Z) >= 1 && (pointwise_body_use<B, G>::value && ...) &&
+                         (ad::is_plain_use<Z>::value && ...) && pointwise_operand<Z2>::value> {};
+
+/// Whether executor Ex can run a pointwise let's two plans in one pass:
+/// `ex.run_pointwise_let(pb, pz, gz)` returns true when it did (false: the shapes or the
+/// options at run time do not allow it, and nothing ran).
+template <class Ex>
+concept runs_pointwise_lets = requires { Ex::runs_pointwise_lets; } && Ex::runs_pointwise_lets;
+
+}  // namespace gradix::detail
