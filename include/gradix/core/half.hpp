@@ -213,7 +213,10 @@ GRADIX_ALWAYS_INLINE pack<float, W> widen(H const* p) {
     if constexpr (W == 16) {
       __m256i h;
       std::memcpy(&h, &b, sizeof(h));
-      __m512 const f = _mm512_cvtph_ps(h);
+      // (the zero-masked form with every lane on: the same instruction and result;
+      // _mm512_cvtph_ps passes _mm512_undefined_ps() as the merge source, which g++ 12
+      // reports as maybe-uninitialized where it is inlined, an error with -Werror)
+      __m512 const f = _mm512_maskz_cvtph_ps(__mmask16(0xFFFF), h);
       pack<float, W> r;
       std::memcpy(&r, &f, sizeof(r));
       return r;
@@ -254,7 +257,8 @@ GRADIX_ALWAYS_INLINE void narrow(H* p, pack<float, W> const& v) {
     if constexpr (W == 16) {
       __m512 f;
       std::memcpy(&f, &v, sizeof(f));
-      __m256i const h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      // (zero-masked with every lane on, as widen's conversion above)
+      __m256i const h = _mm512_maskz_cvtps_ph(__mmask16(0xFFFF), f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       std::memcpy(static_cast<void*>(p), &h, sizeof(h));
       return;
     }
