@@ -226,7 +226,7 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
 
 TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and both scatter modes") {
   // the c2 let of gx::cells::lstm_projected is pointwise: its body's uses and its operand's
-  // run as members of one launch on the same blocks (exec/elements.hpp pointwise_let,
+  // run as members of one launch on the same blocks (exec/fusion.hpp pointwise_let,
   // grid::executor::run_pointwise_let), each thread writing c2's adjoint at its elements and
   // then reading it there; in deterministic mode the gates' adjoint, which members of both
   // plans add into, keeps the plans apart. Double precision, against the host; with few

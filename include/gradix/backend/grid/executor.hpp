@@ -142,7 +142,7 @@ class executor {
   /// launch's parameters stay small; else use after use. A scan step's elementwise adjoint
   /// is one or two launches this way, not one per use (tests/cuda/model_test.cpp).
   static constexpr bool runs_kernels_together = true;
-  /// A pointwise let (exec/elements.hpp, pointwise_let: its buffer written and read element
+  /// A pointwise let (exec/fusion.hpp, pointwise_let: its buffer written and read element
   /// by element) runs its body's and its operand's uses in one launch, every use on the
   /// same blocks, each thread's elements the same in all (plain_plan.hpp,
   /// run_pointwise_uses): an LSTM cell's elementwise adjoint is one launch

@@ -298,7 +298,7 @@ inline constexpr bool pointwise_launch_v = sizeof...(U) >= 2 &&
 /// Runs uses us, whose domains all have extents ext, in one launch in which every member
 /// covers the same blocks and each thread takes the same elements in every member, one
 /// member after the other: a use may then read, at its own element, what an earlier member
-/// wrote at that element into `through` (a pointwise let's buffer: exec/elements.hpp,
+/// wrote at that element into `through` (a pointwise let's buffer: exec/fusion.hpp,
 /// pointwise_let). Uses that write `through` add plainly (each element is one thread's);
 /// uses whose targets share other memory add atomically in atomic mode. Returns false, having
 /// run nothing, when the uses or the shapes do not allow it (a domain of other extents, a
