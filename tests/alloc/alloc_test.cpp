@@ -561,6 +561,25 @@ void run_scan(int threads) {
   expect("warm value of a 64-step scan: none", k, 0);
 }
 
+// The same with a 256 x 256 carry weight over 16 steps of 8 rows: the host's sweep reads it
+// through a transposed copy made once per sweep (exec/elements.hpp, step_transposed), whose
+// memory is the thread's, taken by the cold call and kept: a warm backward allocates nothing.
+void run_scan_transposed(int threads) {
+  gx::set_num_threads(threads);
+  gx::index_t const T = 16, B = 8, H = 256;
+  auto xs = gx::uniform<float>(gx::dims(T, B, H), 25, -1.0f, 1.0f);
+  auto wh = gx::param(gx::uniform<float>(gx::dims(H, H), 26, -0.06f, 0.06f));
+  auto h0 = gx::zeros<float>(gx::dims(B, H));
+  auto loss = [&] {
+    return gx::mean(gx::square(gx::scan(h0, xs, [&](auto h, auto x) { return gx::tanh(x + gx::matmul(h, wh)); })));
+  };
+  new_epoch();
+  float v = gx::backward(loss());  // cold
+  auto k = window([&] { v = gx::backward(loss()); });
+  escape(&v);
+  expect("warm backward through a 16-step scan reading a 256 x 256 weight transposed: none", k, 0);
+}
+
 int main() {
   positive_control();
 
@@ -612,6 +631,8 @@ int main() {
   run_optim(4);
   run_scan(1);
   run_scan(4);
+  run_scan_transposed(1);
+  run_scan_transposed(4);
 
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
   return g_failures ? 1 : 0;

@@ -124,7 +124,6 @@ constexpr void run_elements(Ex& ex, Plan const& plan) {
   run_elements_from<Serial, 0>(ex, plan);
 }
 
-
 /// The serial pre-pass of plan element e: its kernels reserve slots and mark slices (the
 /// kernels that write a workspace buffer have nothing to reserve).
 template <class Ex, class E>
@@ -325,8 +324,7 @@ struct deferred_gradient {
   index_t a_rs = 0, a_cs = 0;  // A's strides (m x k)
   T const* a_hi = nullptr;     // A at step hi
   T const* g_hi = nullptr;     // dC at step hi (m x n, rows contiguous)
-  index_t a_step = 0;          // elements from one step's A to the next (m a_rs)
-  index_t hi = 0, lo = 0;
+  index_t hi = 0, lo = 0;      // (from one step to the next A moves by m a_rs, dC by m n)
   bool on = false;
 };
 /// The weight gradients a reverse sweep defers (run_scan, in a call that kept every step's
@@ -378,7 +376,7 @@ struct transposed_copy {
   std::size_t cap = 0;
   std::uint64_t sweep = 0;
   T const* src = nullptr;
-  index_t rows = 0, cols = 0, rs = 0, cs = 0;
+  index_t rows = 0, cols = 0, cs = 0;  // (its row stride is 1: step_transposed copies no other)
 };
 template <class T>
 transposed_copy<T>* step_transposes() {
@@ -421,7 +419,6 @@ mat_ref<T> step_transposed(Ex& ex, mat_ref<T> const& bt, index_t rows, index_t c
       tc.src = bt.p;
       tc.rows = rows;
       tc.cols = cols;
-      tc.rs = bt.rs;
       tc.cs = bt.cs;
     }
     return mat_ref<T>{tc.p.get(), cols, 1, 0};
@@ -433,7 +430,7 @@ void flush_deferred(Ex& ex, deferred_gradient<T>& r) {
   if (!r.on) return;
   r.on = false;
   index_t const q = r.hi - r.lo;
-  mat_ref<T> const at{r.a_hi - q * r.a_step, r.a_cs, r.a_rs, 0};
+  mat_ref<T> const at{r.a_hi - q * r.m * r.a_rs, r.a_cs, r.a_rs, 0};
   mat_ref<T> const g{r.g_hi - q * r.m * r.n, r.n, 1, 0};
   ex.gemm(1, r.k, r.n, (q + 1) * r.m, at, g, r.dst, r.n, 0, true);
 }
@@ -456,7 +453,7 @@ bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const
     if (i != c->n || i >= sweep_deferral<T>::max) return false;
     ++c->n;
     auto& r = c->d[i];
-    r = deferred_gradient<T>{dst, m, n, k, a.rs, a.cs, a.p, g.p, 0, t, t, false};
+    r = deferred_gradient<T>{dst, m, n, k, a.rs, a.cs, a.p, g.p, t, t, false};
     r.on = g.rs == n && g.cs == 1 && m > 0 && n > 0 && k * n >= Ex::step_gradient_min && c->mem && at(g.p) >= at(c->mem) &&
            at(g.p) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
     return r.on;
@@ -468,8 +465,7 @@ bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const
   if (ok) {
     index_t const steps_down = r.hi - t;
     // from one step to the next, A moves by its m rows and dC by its m x n elements
-    r.a_step = m * a.rs;
-    ok = at(a.p) == at(r.a_hi) - down(steps_down, r.a_step) && at(g.p) == at(r.g_hi) - down(steps_down, m * n);
+    ok = at(a.p) == at(r.a_hi) - down(steps_down, m * a.rs) && at(g.p) == at(r.g_hi) - down(steps_down, m * n);
   }
   if (!ok) {
     flush_deferred(ex, r);  // the steps so far in one gemm; this one and the later per step
