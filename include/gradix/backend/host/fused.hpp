@@ -17,12 +17,15 @@
 /// kernel's row-major walk is the order of gradix's summation scheme over F (eval/reduce.hpp:
 /// runs along the inner axis, rows in row-major order), so the kernel adds F's values into
 /// the scheme's lanes and blocks as it goes (`loss_lanes`): the value has the bits of
-/// value(e), and costs no pass of its own.
+/// value(e), and costs no pass of its own. Where v is the path derivative of a region whose
+/// top F contains once (sum(square(...)): F is the top), F comes from the top's value, which
+/// the derivative computes anyway (`nest_top_in_f_v`).
 ///
 /// Included at the end of backend/host/update.hpp. It uses the plain kernels and their helpers
 /// (update_plain.hpp, scratch.hpp), and completes plan_facts.hpp's detail::fused_carries.
 
 #include "gradix/ad/kernel.hpp"
+#include "gradix/backend/host/carrying.hpp"
 #include "gradix/backend/host/plan_facts.hpp"
 #include "gradix/backend/host/scratch.hpp"
 #include "gradix/backend/host/thread_pool.hpp"
@@ -37,6 +40,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::host {
 
@@ -63,6 +67,44 @@ struct fused_roles {
     else return f.first_;
   }
 };
+
+/// Whether a fused pair carrying the value of sum(F) / mean(F) computes F from the value of
+/// its region's top (U's value expression is a path derivative of a region whose top occurs
+/// once in F, reached from the domain through the identity map; every node above it has F's
+/// element type): the nest then evaluates the region once per pack, its derivative and its
+/// top's value together (ev::path_ev with the value kept), and F from the top's value
+/// (detail::above_ev), where evaluating F beside the kernel's value expression would read
+/// and address F's operands a second time (measured: the founding per-term square loss's
+/// step 1.3-1.4x backward_only, against 1.05x this way). The map's offsets and scales are
+/// checked at run time (nest_top_identity).
+template <class F, class U, std::size_t R>
+inline constexpr bool nest_top_in_f_v = [] {
+  using V = typename U::value_expr;
+  using RV = ad::region_value<V>;
+  if constexpr (!RV::value) {
+    return false;
+  } else {
+    using Top = typename RV::top;
+    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<V const&>()))>;
+    using M = std::remove_cvref_t<decltype(std::declval<AM const&>().map_)>;
+    constexpr bool identity = [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (std::is_same_v<std::remove_cvref_t<decltype(get<J>(std::declval<M const&>()))>, ad::ax_dom<J>> &&
+              ...);
+    }(std::make_index_sequence<R>{});
+    return M::size == R && identity && shape_of_t<Top>::rank == R && top_count<F, Top>::value == 1 &&
+           ad::region_uniform<F, value_type_t<F>>::value;
+  }
+}();
+
+/// The run-time half of nest_top_in_f_v: every component of u's region map is the domain
+/// coordinate itself (offset 0, scale 1).
+template <class U>
+bool nest_top_identity(U const& u) {
+  auto const& m = ad::region_at_map(u.v_).map_;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return ((get<J>(m).off_ == 0 && get<J>(m).scale_ == 1) && ...);
+  }(std::make_index_sequence<std::remove_cvref_t<decltype(m)>::size>{});
+}
 
 /// Longest inner extent of a fused loop nest (A's tile and B's rows hold that many elements).
 inline constexpr index_t fused_max_row = 1024;
@@ -181,7 +223,7 @@ struct loss_arg<true, Root> {
 /// root (sum or mean of F over every axis; the pair's domain is F's, and the nest's inner
 /// axis is the scheme's), left as block sums in parts.
 template <bool WV, class Root, class U1, class U2>
-void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root,
+GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root,
                [[maybe_unused]] value_type_t<typename U1::value_expr>* parts) {
   using R = fused_roles<U1, U2>;
   using UA = typename R::UA;
@@ -248,6 +290,26 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
     else return 0;
   }();
   if constexpr (WV) static_assert(loss_lanes<Root>::W == W, "gradix internal: lane packs differ");
+  // F from the region top's value (nest_top_in_f_v; run_carrying checked the map): the
+  // region's evaluator with the top's value kept, F's nodes above the top, and v0
+  constexpr bool via_top = [] {
+    if constexpr (WV) return nest_top_in_f_v<F, UA, RD>;
+    else return false;
+  }();
+  using RV = ad::region_value<V>;
+  auto const pev = [&] {
+    if constexpr (via_top)
+      return ev::path_ev<typename RV::top, typename RV::path_type, 0, true>(ad::region_at_map(ua.v_).sub_.top_);
+    else return 0;
+  }();
+  auto const aev = [&] {
+    if constexpr (via_top) return above_ev<F, typename RV::top>(root->arg_);
+    else return 0;
+  }();
+  auto const v0ev = [&] {
+    if constexpr (via_top && RV::has_v0) return ev::evaluator<typename RV::v0>(ad::region_v0(ua.v_));
+    else return 0;
+  }();
   constexpr int NL = [] {
     if constexpr (WV) return loss_lanes<Root>::NP;
     else return 1;
@@ -282,18 +344,40 @@ void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] Root const* root
         bool done = false;
         if constexpr (WV) {
           if (lanes.whole(static_in)) {
-            // x as the nest without the value computes it (the same code, so that g++'s
-            // contraction of v's products into the additions below is the same: the same
-            // bits), F beside it (its own evaluation; the compiler shares what it can)
-            auto const in = vev.template outer<I>(d);
-            auto const fin = fev.template outer<I>(d);
-            GRADIX_UNROLL(16)
-            for (int q = 0; q < NQ; ++q) {
-              auto const x = ev::pack_as<TA, W>(in, q * W);
-              auto const fx = ev::pack_as<TA, W>(fin, q * W);
-              simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
-              tile[q] += x;
-              lacc[q % NL] += fx;
+            if constexpr (via_top) {
+              // the region's derivative as v's evaluator computes it (path_ev, the same
+              // steps), times v0, negated, as v is; F from the top's value
+              auto const pin = pev.template outer<I>(d);
+              auto const fin = aev.template outer<I>(d);
+              auto const vin = [&] {
+                if constexpr (RV::has_v0) return v0ev.template outer<I>(d);
+                else return 0;
+              }();
+              GRADIX_UNROLL(16)
+              for (int q = 0; q < NQ; ++q) {
+                auto const r = pin.template pack<W>(q * W);
+                X x = r.d;
+                if constexpr (RV::has_v0) x = X(ev::pack_as<TA, W>(vin, q * W) * x);
+                if constexpr (RV::negative) x = X(-x);
+                simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
+                tile[q] += x;
+                lacc[q % NL] += fin.template pack<W>(q * W, X(r.v));
+              }
+            } else {
+              // x as the nest without the value computes it (the same code, so that g++'s
+              // contraction of v's products into the additions below is the same: the
+              // same bits), F beside it (its own evaluation; the compiler shares what it
+              // can)
+              auto const in = vev.template outer<I>(d);
+              auto const fin = fev.template outer<I>(d);
+              GRADIX_UNROLL(16)
+              for (int q = 0; q < NQ; ++q) {
+                auto const x = ev::pack_as<TA, W>(in, q * W);
+                auto const fx = ev::pack_as<TA, W>(fin, q * W);
+                simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
+                tile[q] += x;
+                lacc[q % NL] += fx;
+              }
             }
             lanes.took(lacc, static_in);
             done = true;
@@ -428,13 +512,14 @@ struct fused_carries<Root, ad::fused_use<U1, U2>> {
     using F = typename loss_root<Root>::arg;
     using T = value_type_t<F>;
     using RR = fused_roles<U1, U2>;
-    // Only a pair whose A projects nothing (the per-term square loss): measured with the
-    // founding benchmark's batched square loss (A projecting the term axis), carrying made
-    // the step slower than value() plus backward_only() (g++ 12: 1.16-1.20x, clang 16:
-    // 1.05-1.11x: per run of 64 elements, the scheme's two lane packs take two dependent
-    // additions each, and F is evaluated beside v), so that pair computes the value in a
-    // pass of its own, the reduction's (which interleaves blocks to hide that latency).
-    return RR::PA == 0 && std::is_same_v<typename U1::domain_type, shape_of_t<F>> &&
+    // A pair whose A projects nothing (the per-term square loss), or one whose F comes from
+    // its region top's value (nest_top_in_f_v: the batched square loss, A summing over
+    // terms). Measured with the founding benchmark's batched square loss before the latter:
+    // with F evaluated beside v, carrying made the step slower than value() plus
+    // backward_only() (g++ 12: 1.16-1.20x, clang 16: 1.05-1.11x), F's operands read and
+    // addressed a second time per pack; from the top's value it costs about nothing.
+    return (RR::PA == 0 || nest_top_in_f_v<F, typename RR::UA, RR::RD>) &&
+           std::is_same_v<typename U1::domain_type, shape_of_t<F>> &&
            RR::I == int(ev::evaluator<Root>::inner_axis) &&
            std::is_same_v<typename RR::UA::storage_type::value_type, T> &&
            std::is_same_v<typename RR::UB::storage_type::value_type, T> &&
@@ -456,6 +541,8 @@ bool run_carrying(ad::fused_use<U1, U2> const& f, Root const& root, value_type_t
   using R = detail::fused_roles<U1, U2>;
   if (!detail::fused_in_one_nest(f)) return false;
   if (!(R::a(f).dom_.extents() == root.arg_.shape().extents())) return false;
+  if constexpr (detail::nest_top_in_f_v<typename detail::loss_root<Root>::arg, typename R::UA, R::RD>)
+    if (!detail::nest_top_identity(R::a(f))) return false;
   if (detail::fused_rows(f) > 1 &&
       !scratch().template try_get<typename R::UB::storage_type::value_type>(
           std::size_t(detail::fused_rows(f) * R::a(f).dom_.extents()[std::size_t(R::I)])))
