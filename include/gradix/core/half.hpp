@@ -174,8 +174,12 @@ constexpr rounding stochastic_rounding(std::uint64_t seed) { return rounding{tru
 
 /// How host packs of half-width values convert in this translation unit.
 inline constexpr char const* half_isa() {
-#if defined(GRADIX_HAS_F16C)
+#if defined(GRADIX_HAS_F16C) && defined(__AVX512F__)
+  return "half: F16C (AVX-512, 16 lanes); bfloat16: AVX-512 zero-extension to 16 lanes, integer packs to round";
+#elif defined(GRADIX_HAS_F16C)
   return "half: F16C; bfloat16: integer packs";
+#elif defined(GRADIX_HAS_VECTOR_EXT) && defined(__AVX512F__)
+  return "half: integer packs; bfloat16: AVX-512 zero-extension to 16 lanes, integer packs to round";
 #elif defined(GRADIX_HAS_VECTOR_EXT)
   return "half, bfloat16: integer packs";
 #else
@@ -195,6 +199,21 @@ GRADIX_ALWAYS_INLINE pack<float, W> widen(H const* p) {
   U16 b;
   std::memcpy(&b, p, sizeof(b));
   if constexpr (std::is_same_v<std::remove_cv_t<H>, bfloat16>) {
+#if defined(__AVX512F__)
+    if constexpr (W == 16) {
+      // one zero-extension of all 16 lanes and a shift (g++ 12 lowers the portable form
+      // below into two 8-lane extensions and an insert at this width); zero-masked forms
+      // with every lane on, as for half below (the unmasked ones merge into an undefined
+      // register that g++ 12 reports as maybe-uninitialized)
+      __m256i h;
+      std::memcpy(&h, &b, sizeof(h));
+      __m512i const u =
+          _mm512_maskz_slli_epi32(__mmask16(0xFFFF), _mm512_maskz_cvtepu16_epi32(__mmask16(0xFFFF), h), 16);
+      pack<float, W> r;
+      std::memcpy(&r, &u, sizeof(r));
+      return r;
+    }
+#endif
     U32 const u = __builtin_convertvector(b, U32) << 16;
     pack<float, W> r;
     std::memcpy(&r, &u, sizeof(r));
