@@ -118,6 +118,34 @@ TEST_CASE("fused pair: gradients are the bits of the uses apart, at 1 and 2 thre
   }
 }
 
+TEST_CASE("fused pair: the carried value when a block of the summation scheme ends inside a run") {
+  // F with 64 x 32896 (per term) or 64 x 1028 x 32 (batched) elements: the scheme's blocks
+  // hold 8224 elements (eval/reduce.hpp block_size: 2,105,344 / 256, rounded to 32 lanes),
+  // not a multiple of the nest's 64-element runs, so every other block ends inside a run,
+  // which the lanes add themselves (host::detail::loss_lanes::run) after the runs the nest
+  // added in registers: the value still has value()'s bits
+  thread_scope ts(1);
+  static_assert(gx::ev::block_size<float>(64 * 32896) == 8224);
+  tables per_term(32896, 1);
+  tables batched(1028, 32);
+  auto check = [](auto& tb, auto const& e) {
+    float const v = gx::value(e);
+    gx::zero_grad(tb.Ea, tb.Eb);
+    float const w = gx::backward(e);
+    CHECK(std::memcmp(&v, &w, sizeof v) == 0);
+    auto ga = dense_grad(tb.Ea), gb = dense_grad(tb.Eb);
+    gx::zero_grad(tb.Ea, tb.Eb);
+    gx::backward_only(e);
+    CHECK(same(dense_grad(tb.Ea), ga));
+    CHECK(same(dense_grad(tb.Eb), gb));
+  };
+  check(per_term, gx::sum(gx::square(per_term.term())));
+  check(per_term, gx::mean(gx::square(per_term.term())));
+  check(batched, gx::sum(gx::square(batched.batched())));
+  check(batched, gx::sum(gx::square(batched.batched()) * 0.5f));
+  check(batched, gx::mean(gx::tanh(batched.batched())));
+}
+
 TEST_CASE("fused pair: the batched square loss's gradient matches central differences") {
   std::vector<int> i{3, 0, 3, 5};   // a repeated entry
   std::vector<int> js{1, 4, 1};     // a repeated term column

@@ -169,9 +169,10 @@ struct loss_lanes {
     bend_ = bsize_ < n ? bsize_ : n;
   }
   GRADIX_ALWAYS_INLINE static void start(P (&acc)[NP]) { RE::start(acc); }
-  /// The next run, of len elements, lies in the current block and has whole lane groups:
-  /// the kernel adds its packs itself (lane pack k mod NP for the k-th pack of the run).
-  GRADIX_ALWAYS_INLINE bool whole(index_t len) const { return len % L == 0 && f_ + len <= bend_; }
+  /// Elements left in the current block (more than 0 until every block is closed). A run of
+  /// len elements, len a multiple of L, that fits in it the kernel adds itself (lane pack k
+  /// mod NP for the k-th pack of the run), then reports with took().
+  GRADIX_ALWAYS_INLINE index_t room() const { return bend_ - f_; }
   /// After the kernel added a whole run of len elements.
   GRADIX_ALWAYS_INLINE void took(P (&acc)[NP], index_t len) {
     f_ += len;
@@ -316,6 +317,13 @@ GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] R
   }();
   X lacc[NL];  // the loss value's lanes (with WV)
   if constexpr (WV) loss_lanes<Root>::start(lacc);
+  // (with WV, the register path) the elements left in the scheme's current block and those
+  // added since the lanes' own count was brought up to date (where a block ends, or before
+  // a run the lanes add themselves): locals, so that the column loop keeps them in
+  // registers (clang 16 kept the lanes' members in memory, the object's address escaping
+  // into run_copy)
+  [[maybe_unused]] index_t room = 0, pend = 0;
+  if constexpr (WV) room = lanes.room();
 #endif
 
 #if defined(GRADIX_HAS_VECTOR_EXT)
@@ -343,7 +351,7 @@ GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] R
         TA* const mem = PA == 0 ? tpa : rk;
         bool done = false;
         if constexpr (WV) {
-          if (lanes.whole(static_in)) {
+          if (static_in % loss_lanes<Root>::L == 0 && room >= static_in) {
             if constexpr (via_top) {
               // the region's derivative as v's evaluator computes it (path_ev, the same
               // steps), times v0, negated, as v is; F from the top's value
@@ -379,7 +387,13 @@ GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] R
                 lacc[q % NL] += fx;
               }
             }
-            lanes.took(lacc, static_in);
+            room -= static_in;
+            pend += static_in;
+            if (room == 0) {  // the block ends here
+              lanes.took(lacc, pend);
+              pend = 0;
+              room = lanes.room();
+            }
             done = true;
           }
         }
@@ -393,7 +407,12 @@ GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] R
             simd::store<TA, W>(mem + q * W, simd::load<TA, W>(mem + q * W) + x);
             tile[q] += x;
           }
-          if constexpr (WV) lanes.run_copy(lacc, fev.template outer<I>(d), static_in);
+          if constexpr (WV) {
+            lanes.took(lacc, pend);  // (inside the block: closes nothing)
+            lanes.run_copy(lacc, fev.template outer<I>(d), static_in);
+            pend = 0;
+            room = lanes.room();
+          }
         }
         ++k;
       } while (coords::next(d, ext, PA));
