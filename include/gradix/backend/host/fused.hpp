@@ -74,9 +74,10 @@ struct fused_roles {
 /// element type): the nest then evaluates the region once per pack, its derivative and its
 /// top's value together (ev::path_ev with the value kept), and F from the top's value
 /// (detail::above_ev), where evaluating F beside the kernel's value expression would read
-/// and address F's operands a second time (measured: the founding per-term square loss's
-/// step 1.3-1.4x backward_only, against 1.05x this way). The map's offsets and scales are
-/// checked at run time (nest_top_identity).
+/// and address F's operands a second time (measured, g++ 12 on an AMD Zen 4: the founding
+/// per-term square loss's step 1.4-1.9x backward_only that way, 0.9-1.0x this way;
+/// docs/performance.md). The map's offsets and scales are checked at run time
+/// (nest_top_identity).
 template <class F, class U, std::size_t R>
 inline constexpr bool nest_top_in_f_v = [] {
   using V = typename U::value_expr;
@@ -87,12 +88,15 @@ inline constexpr bool nest_top_in_f_v = [] {
     using Top = typename RV::top;
     using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<V const&>()))>;
     using M = std::remove_cvref_t<decltype(std::declval<AM const&>().map_)>;
-    constexpr bool identity = [&]<std::size_t... J>(std::index_sequence<J...>) {
-      return (std::is_same_v<std::remove_cvref_t<decltype(get<J>(std::declval<M const&>()))>, ad::ax_dom<J>> &&
-              ...);
-    }(std::make_index_sequence<R>{});
-    return M::size == R && identity && shape_of_t<Top>::rank == R && top_count<F, Top>::value == 1 &&
-           ad::region_uniform<F, value_type_t<F>>::value;
+    if constexpr (M::size != R || shape_of_t<Top>::rank != R) {
+      return false;  // (a top of another rank: no identity map)
+    } else {
+      constexpr bool identity = []<std::size_t... J>(std::index_sequence<J...>) {
+        return (std::is_same_v<std::remove_cvref_t<decltype(get<J>(std::declval<M const&>()))>, ad::ax_dom<J>> &&
+                ...);
+      }(std::make_index_sequence<R>{});
+      return identity && top_count<F, Top>::value == 1 && ad::region_uniform<F, value_type_t<F>>::value;
+    }
   }
 }();
 
