@@ -65,13 +65,13 @@ static_assert(gx::ad::is_fused<first_t<batched_sq>>::value);
 static_assert(!gx::ad::is_fused<first_t<batched_sum>>::value);
 // both pairs carry the loss value (docs/ad.md): the per-term one as a nest whose A projects
 // nothing, the batched one (A summing over terms) because F comes from its region top's value
-// (host::detail::nest_top_in_f_v)
+// (host::detail::top_in_f_v)
 template <class E>
 constexpr int carrier_v = gx::detail::loss_carrier<gx::host::executor, gx::saved_expr_t<E>, plan_of<E>>::value;
 static_assert(carrier_v<term_sq> == 0);
 static_assert(carrier_v<decltype(gx::mean(gx::square(std::declval<tables const&>().term())))> == 0);
 static_assert(carrier_v<batched_sq> == 0);
-static_assert(gx::host::detail::nest_top_in_f_v<gx::host::detail::loss_root<gx::saved_expr_t<batched_sq>>::arg,
+static_assert(gx::host::detail::top_in_f_v<gx::host::detail::loss_root<gx::saved_expr_t<batched_sq>>::arg,
                                                 decltype(first_t<batched_sq>::first_), 3>);
 
 }  // namespace

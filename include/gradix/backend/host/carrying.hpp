@@ -207,10 +207,8 @@ bool run_carrying_plain(Use const& u, Root const& root, value_type_t<Root>* part
   if (n == 0) return true;
   auto const addr = target_address_of(*u.target_);
   T* const base = u.target_->data() + addr.offset(ev::map_value(u.map_, coord<1>{}));
-  if constexpr (detail::top_in_f_v<F, Use>) {
-    auto const& tm = get<0>(ad::region_at_map(u.v_).map_);
-    if (tm.off_ != 0 || tm.scale_ != 1) return false;
-  }
+  if constexpr (detail::top_in_f_v<F, Use>)
+    if (!detail::top_map_identity(u)) return false;
   constexpr int W = simd::width<T>;
   using X = simd::pack<T, W>;
   index_t const bsize = ev::block_size<T>(n), nb = (n + bsize - 1) / bsize;

@@ -19,7 +19,7 @@
 /// the scheme's lanes and blocks as it goes (`loss_lanes`): the value has the bits of
 /// value(e), and costs no pass of its own. Where v is the path derivative of a region whose
 /// top F contains once (sum(square(...)): F is the top), F comes from the top's value, which
-/// the derivative computes anyway (`nest_top_in_f_v`).
+/// the derivative computes anyway (`top_in_f_v`).
 ///
 /// Included at the end of backend/host/update.hpp. It uses the plain kernels and their helpers
 /// (update_plain.hpp, scratch.hpp), and completes plan_facts.hpp's detail::fused_carries.
@@ -67,48 +67,6 @@ struct fused_roles {
     else return f.first_;
   }
 };
-
-/// Whether a fused pair carrying the value of sum(F) / mean(F) computes F from the value of
-/// its region's top (U's value expression is a path derivative of a region whose top occurs
-/// once in F, reached from the domain through the identity map; every node above it has F's
-/// element type): the nest then evaluates the region once per pack, its derivative and its
-/// top's value together (ev::path_ev with the value kept), and F from the top's value
-/// (detail::above_ev), where evaluating F beside the kernel's value expression would read
-/// and address F's operands a second time (measured, g++ 12 on an AMD Zen 4: the founding
-/// per-term square loss's step 1.4-1.9x backward_only that way, 0.9-1.0x this way;
-/// docs/performance.md). The map's offsets and scales are checked at run time
-/// (nest_top_identity).
-template <class F, class U, std::size_t R>
-inline constexpr bool nest_top_in_f_v = [] {
-  using V = typename U::value_expr;
-  using RV = ad::region_value<V>;
-  if constexpr (!RV::value) {
-    return false;
-  } else {
-    using Top = typename RV::top;
-    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<V const&>()))>;
-    using M = std::remove_cvref_t<decltype(std::declval<AM const&>().map_)>;
-    if constexpr (M::size != R || shape_of_t<Top>::rank != R) {
-      return false;  // (a top of another rank: no identity map)
-    } else {
-      constexpr bool identity = []<std::size_t... J>(std::index_sequence<J...>) {
-        return (std::is_same_v<std::remove_cvref_t<decltype(get<J>(std::declval<M const&>()))>, ad::ax_dom<J>> &&
-                ...);
-      }(std::make_index_sequence<R>{});
-      return identity && top_count<F, Top>::value == 1 && ad::region_uniform<F, value_type_t<F>>::value;
-    }
-  }
-}();
-
-/// The run-time half of nest_top_in_f_v: every component of u's region map is the domain
-/// coordinate itself (offset 0, scale 1).
-template <class U>
-bool nest_top_identity(U const& u) {
-  auto const& m = ad::region_at_map(u.v_).map_;
-  return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    return ((get<J>(m).off_ == 0 && get<J>(m).scale_ == 1) && ...);
-  }(std::make_index_sequence<std::remove_cvref_t<decltype(m)>::size>{});
-}
 
 /// Longest inner extent of a fused loop nest (A's tile and B's rows hold that many elements).
 inline constexpr index_t fused_max_row = 1024;
@@ -295,10 +253,13 @@ GRADIX_FLATTEN void run_fused(ad::fused_use<U1, U2> const& f, [[maybe_unused]] R
     else return 0;
   }();
   if constexpr (WV) static_assert(loss_lanes<Root>::W == W, "gradix internal: lane packs differ");
-  // F from the region top's value (nest_top_in_f_v; run_carrying checked the map): the
-  // region's evaluator with the top's value kept, F's nodes above the top, and v0
+  // F from the region top's value (top_in_f_v, plan_facts.hpp; run_carrying checked the
+  // map), where evaluating F beside v would read and address F's operands a second time
+  // (measured, g++ 12 on an AMD Zen 4: the founding per-term square loss's step 1.4-1.9x
+  // backward_only that way, 0.9-1.0x this way; docs/performance.md): the region's
+  // evaluator with the top's value kept, F's nodes above the top, and v0
   constexpr bool via_top = [] {
-    if constexpr (WV) return nest_top_in_f_v<F, UA, RD>;
+    if constexpr (WV) return top_in_f_v<F, UA, RD>;
     else return false;
   }();
   using RV = ad::region_value<V>;
@@ -536,12 +497,12 @@ struct fused_carries<Root, ad::fused_use<U1, U2>> {
     using T = value_type_t<F>;
     using RR = fused_roles<U1, U2>;
     // A pair whose A projects nothing (the per-term square loss), or one whose F comes from
-    // its region top's value (nest_top_in_f_v: the batched square loss, A summing over
+    // its region top's value (top_in_f_v: the batched square loss, A summing over
     // terms). Measured with the founding benchmark's batched square loss before the latter:
     // with F evaluated beside v, carrying made the step slower than value() plus
     // backward_only() (g++ 12: 1.16-1.20x, clang 16: 1.05-1.11x), F's operands read and
     // addressed a second time per pack; from the top's value it costs about nothing.
-    return (RR::PA == 0 || nest_top_in_f_v<F, typename RR::UA, RR::RD>) &&
+    return (RR::PA == 0 || top_in_f_v<F, typename RR::UA, RR::RD>) &&
            std::is_same_v<typename U1::domain_type, shape_of_t<F>> &&
            RR::I == int(ev::evaluator<Root>::inner_axis) &&
            std::is_same_v<typename RR::UA::storage_type::value_type, T> &&
@@ -564,8 +525,8 @@ bool run_carrying(ad::fused_use<U1, U2> const& f, Root const& root, value_type_t
   using R = detail::fused_roles<U1, U2>;
   if (!detail::fused_in_one_nest(f)) return false;
   if (!(R::a(f).dom_.extents() == root.arg_.shape().extents())) return false;
-  if constexpr (detail::nest_top_in_f_v<typename detail::loss_root<Root>::arg, typename R::UA, R::RD>)
-    if (!detail::nest_top_identity(R::a(f))) return false;
+  if constexpr (detail::top_in_f_v<typename detail::loss_root<Root>::arg, typename R::UA, R::RD>)
+    if (!detail::top_map_identity(R::a(f))) return false;
   if (detail::fused_rows(f) > 1 &&
       !scratch().template try_get<typename R::UB::storage_type::value_type>(
           std::size_t(detail::fused_rows(f) * R::a(f).dom_.extents()[std::size_t(R::I)])))

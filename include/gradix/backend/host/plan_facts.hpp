@@ -64,23 +64,43 @@ struct top_count<binary_node<Op, L, R>, Top>
                                       ? 1
                                       : top_count<L, Top>::value + top_count<R, Top>::value> {};
 
-/// A plain use whose value is (v0 times) the path derivative of a region whose top occurs
-/// once in F, rank 1 and reached through d[0] itself: F's value comes from the top's, which
-/// the path derivative computes anyway.
-template <class F, class U>
+/// A use whose value is (v0 times) the path derivative of a region whose top occurs once in
+/// F, reached from the use's rank-R domain through the identity map (every component the
+/// domain coordinate itself), every node above the top of F's element type: F's value comes
+/// from the top's, which the path derivative computes anyway (a plain use: R = 1,
+/// carrying.hpp; a fused pair's nest: fused.hpp). The map's offsets and scales are checked
+/// at run time (top_map_identity).
+template <class F, class U, std::size_t R = 1>
 inline constexpr bool top_in_f_v = [] {
-  using RV = ad::region_value<typename U::value_expr>;
+  using V = typename U::value_expr;
+  using RV = ad::region_value<V>;
   if constexpr (!RV::value) {
     return false;
   } else {
     using Top = typename RV::top;
-    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<typename U::value_expr const&>()))>;
-    using M0 = std::remove_cvref_t<decltype(get<0>(std::declval<AM const&>().map_))>;
-    return top_count<F, Top>::value == 1 && shape_of_t<Top>::rank == 1 &&
-           std::is_same_v<M0, ad::ax_dom<0>> &&
-           ad::region_uniform<F, value_type_t<F>>::value;
+    using AM = std::remove_cvref_t<decltype(ad::region_at_map(std::declval<V const&>()))>;
+    using M = std::remove_cvref_t<decltype(std::declval<AM const&>().map_)>;
+    if constexpr (M::size != R || shape_of_t<Top>::rank != R) {
+      return false;  // (a top of another rank: no identity map)
+    } else {
+      constexpr bool identity = []<std::size_t... J>(std::index_sequence<J...>) {
+        return (std::is_same_v<std::remove_cvref_t<decltype(get<J>(std::declval<M const&>()))>, ad::ax_dom<J>> &&
+                ...);
+      }(std::make_index_sequence<R>{});
+      return identity && top_count<F, Top>::value == 1 && ad::region_uniform<F, value_type_t<F>>::value;
+    }
   }
 }();
+
+/// The run-time half of top_in_f_v: every component of u's region map is the domain
+/// coordinate itself (offset 0, scale 1).
+template <class U>
+bool top_map_identity(U const& u) {
+  auto const& m = ad::region_at_map(u.v_).map_;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return ((get<J>(m).off_ == 0 && get<J>(m).scale_ == 1) && ...);
+  }(std::make_index_sequence<std::remove_cvref_t<decltype(m)>::size>{});
+}
 
 /// A map component of a use that writes the first arg-max of the rank-1 max reduction F at
 /// each domain element d (the max's own coordinate d): 1 for d itself, 2 for a coordinate of
