@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 namespace gradix::host {
 
