@@ -149,6 +149,38 @@ std::vector<float> mlp_grads(L& l, float* loss) {
   }
   return out;
 }
+/// An LSTM layer (gx::cells::lstm_projected) over 6 steps as a gx::scan on launcher l (the
+/// host backend for gx::host_space): the loss and the recurrent weight's gradient. A step
+/// kept for the sweep is the product and one launch writing the gates, c2 and the carry
+/// (exec/save_scan.hpp, with_saved_together): compiled by nvcc here; its launches are
+/// counted in the emulator suite (tests/cuda/model_test.cpp).
+template <class L>
+std::vector<float> lstm_grads(L& l, float* loss) {
+  using S2 = gx::shape<gx::dyn, gx::dyn>;
+  using S3 = gx::shape<gx::dyn, gx::dyn, gx::dyn>;
+  index_t const H = 16;
+  auto const hwh = gx::randn<float>(gx::dims(H, 4 * H), 8, 0.0f, 0.3f);
+  auto const hc0 = gx::randn<float>(gx::dims(8, 2 * H), 9, 0.0f, 0.5f);
+  auto const hxw = gx::randn<float>(gx::dims(6, 8, 4 * H), 10, 0.0f, 0.5f);
+  auto loss_of = [](auto const& c0, auto const& xw, auto& wh) {
+    return gx::sum(gx::square(gx::scan(c0, xw, [&wh](auto hc, auto xt) { return gx::cells::lstm_projected(xt, hc, wh); })));
+  };
+  std::vector<float> out;
+  if constexpr (std::is_same_v<L, gx::host_space>) {
+    auto wh = gx::param(hwh);
+    *loss = gx::backward(loss_of(hc0, hxw, wh));
+    auto const g = wh.grad().to_dense();
+    out.assign(g.data(), g.data() + g.size());
+  } else {
+    auto dc0 = gx::grid::device_tensor<float, S2, L>::from_host(l, hc0);
+    auto dxw = gx::grid::device_tensor<float, S3, L>::from_host(l, hxw);
+    auto wh = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hwh));
+    *loss = gx::grid::backward(l, loss_of(dc0.view(), dxw.view(), wh));
+    auto const g = wh.grad().download();
+    out.assign(g.data(), g.data() + g.size());
+  }
+  return out;
+}
 /// A bfloat16 table on launcher l (issue 35): gathered rows, the backward into its float
 /// sparse gradient, then an Adagrad step and a lazy Adam step with stochastic rounding;
 /// returns the table's values (widened). The emulator suite checks these steps against the
@@ -271,6 +303,16 @@ int main() {
   }
   expect(close_all(emu_mlp, host_mlp, 1e-5f) && std::abs(emu_mlp_loss - host_mlp_loss) <= 1e-5f * (1 + std::abs(host_mlp_loss)),
          "emulator MLP step equals the host's");
+  float host_lstm_loss = 0, emu_lstm_loss = 0;
+  std::vector<float> host_lstm, emu_lstm;
+  {
+    gx::host_space h;
+    host_lstm = lstm_grads(h, &host_lstm_loss);
+    gradix_test::emu::launcher l;
+    emu_lstm = lstm_grads(l, &emu_lstm_loss);
+  }
+  expect(close_all(emu_lstm, host_lstm, 1e-5f) && std::abs(emu_lstm_loss - host_lstm_loss) <= 1e-5f * (1 + std::abs(host_lstm_loss)),
+         "emulator LSTM scan (backward) equals the host's");
 #endif
 
   int devices = 0;
@@ -371,6 +413,12 @@ int main() {
     auto const dev_mlp = mlp_grads(l, &dev_mlp_loss);
     expect(close_all(dev_mlp, emu_mlp, 1e-4f) && std::abs(dev_mlp_loss - emu_mlp_loss) <= 1e-4f * (1 + std::abs(emu_mlp_loss)),
            "device MLP step (cuBLAS) close to the emulator's");
+  }
+  {
+    float dev_lstm_loss = 0;
+    auto const dev_lstm = lstm_grads(l, &dev_lstm_loss);
+    expect(close_all(dev_lstm, emu_lstm, 1e-4f) && std::abs(dev_lstm_loss - emu_lstm_loss) <= 1e-4f * (1 + std::abs(emu_lstm_loss)),
+           "device LSTM scan (cuBLAS; a kept step: the product and one launch) close to the emulator's");
   }
 #endif
   l.synchronize();

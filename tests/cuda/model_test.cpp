@@ -210,17 +210,18 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
   CHECK((fwd[1] - fwd[0]) / 4 == 2);
   CHECK((fwd[1] - fwd[0]) % 4 == 0);
   CHECK((bwd[1] - bwd[0]) % 4 == 0);
-  // a backward call: the forward keeps each step's lets (the product, the two lets, the
-  // concat into the carry: 4); the sweep's step is its elementwise adjoint in one launch
+  // a backward call: the forward keeps each step's lets, written with the concat into the
+  // carry by one launch after the product (exec/save_scan.hpp, with_saved_together: 2; 4
+  // one assign after another before); the sweep's step is its elementwise adjoint in one launch
   // (the c2 let is pointwise: its adjoint is written and read element by element, so its
   // body's uses and its operand's run as members of one launch, exec/elements.hpp
   // pointwise_let; 7 launches before) and the product accumulating h's adjoint straight
   // into the carry's (a column slice: ldc = 2H), Wh's gradient one product over every step
   // when the sweep ends
-  CHECK((bwd[1] - bwd[0]) / 4 == 4 + 2);
-  // recompute_steps: the forward keeps no step (2), the sweep recomputes each step (4) and
-  // takes Wh's gradient step by step (3)
-  CHECK((rec[1] - rec[0]) / 4 == 2 + 4 + 3);
+  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 2);
+  // recompute_steps: the forward keeps no step (2), the sweep recomputes each step as the
+  // forward keeps it (2) and takes Wh's gradient step by step (3)
+  CHECK((rec[1] - rec[0]) / 4 == 2 + 2 + 3);
   CHECK((rec[1] - rec[0]) % 4 == 0);
 }
 

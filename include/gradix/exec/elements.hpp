@@ -603,9 +603,10 @@ void run_scan(Ex& ex, E const& e) {
     } else {
       saved_space<Ex> sp(z, ex, k.region_, 0, false);
       T const* carry = t == 0 ? k.c_init_ : k.h_ + std::size_t(t - 1) * c;
-      auto const e2 = with_saved<true>(scan_body_at(k, k.vc_, k.vx_, cs, xsh, carry, k.x_ + std::size_t(t) * x, gc,
-                                                    k.gxs_ ? k.gxs_ + std::size_t(t) * x : nullptr),
-                                       sp);
+      bool wrote = false;  // (the step's lets and root in one launch where the executor can: keep_scan's)
+      auto const e2 = with_saved_together(scan_body_at(k, k.vc_, k.vx_, cs, xsh, carry, k.x_ + std::size_t(t) * x, gc,
+                                                       k.gxs_ ? k.gxs_ + std::size_t(t) * x : nullptr),
+                                          sp, static_cast<T*>(nullptr), wrote);
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(e2)>, typename K::step_type>,
                     "gradix internal: a scan step transforms to the type the forward kept");
       run_elements<Serial>(ex, e.step(e2, gnext));

@@ -18,6 +18,11 @@
 ///                                    no sweep reads recomputes its lets' elementwise operands
 ///                                    where they are read (fewer launches) instead of keeping
 ///                                    them in buffers (exec/save_scan.hpp, keep_scan)
+///     assigns_together               (static constexpr bool) whether a scan step kept for the
+///                                    sweep has its lets' buffers and its root's value written
+///                                    by one assign_together (below), each member recomputing
+///                                    the lets' elementwise operands it reads, instead of one
+///                                    assign after another (exec/save_scan.hpp)
 ///     step_gradient_rows             (static constexpr index_t) the most rows of inner extent
 ///                                    a scan's sweep gives one gemm of a weight's gradient
 ///                                    over its steps (0: every step in one; exec/elements.hpp,
@@ -27,6 +32,9 @@
 ///                                    at once (a smaller one: step by step)
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
+///     assign_together(members)       (where assigns_together) a tuple of assign_member
+///                                    (dst_ = e_, no member reading another's dst_) in one
+///                                    launch
 ///     gemm(batch, m, n, k, a, b, c, ldc, bs, accumulate)
 ///                                    C = A B (+ C), mat_ref operands (expr/matmul.hpp)
 ///     rows(n, c, rstd)               a row node's rows (softmax, log_softmax, the norms;

@@ -302,7 +302,7 @@ constexpr void count_saved(N const& n, saved_sizes& z) {
 /// A node kept: its value computed into a buffer of the call (or into, when given: row-major,
 /// n's shape, not read by n), read from there.
 template <class N, class Ex>
-constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into = nullptr);
+constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into = nullptr, bool assign = true);
 /// A segment sum kept: its value, and in a backward call the bag and scale of each position
 /// and a buffer for its adjoint.
 template <class N, class Ex>
@@ -387,14 +387,14 @@ constexpr auto keep_value(N const& n, saved_space<Ex>& s) {
   else return keep_value_assigned(n, s);
 }
 template <class N, class Ex>
-constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into) {
+constexpr auto keep_value_assigned(N const& n, saved_space<Ex>& s, value_type_t<N>* into, bool assign) {
   using T = value_type_t<N>;
   using L = saved_layout_t<N>;
   using S = shape_of_t<N>;
   using Sp = typename Ex::space;
   T* p = into ? into : s.template take<T>(std::size_t(n.shape().size()));
   tensor_view<T, S, L, Sp> buf(p, n.shape());
-  s.ex().assign(buf, n);
+  if (assign) s.ex().assign(buf, n);  // (!assign: into was written already, exec/save_scan.hpp)
   using R = saved_node<N, L>;
   R r{s.keep_node(n), typename R::buffer_type(buf)};
   if constexpr (stages_reduction_v<N> && ad::reaches_param_v<N>) {

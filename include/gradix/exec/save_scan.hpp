@@ -74,6 +74,126 @@ constexpr T* scan_carry_grad(index_t t, std::size_t c, T* ga, T* gout) {
   if (!gout) return nullptr;
   return t == 0 ? ga : gout + std::size_t(t - 1) * c;
 }
+// ---------------------------------------------------------------------------------------
+// A kept step in one launch (an executor with assigns_together): the buffers of its lets
+// and its root's value written by one launch, each from the lets' operands recomputed where
+// they are read (an LSTM cell's kept step: its product and one launch, not four).
+
+/// One member of such a launch: dst = e (exec/executor.hpp, assign_together).
+template <class V, class E>
+struct assign_member {
+  V dst_;
+  E e_;
+};
+
+/// The members pend (a tuple of assign_member) run: one launch (none when pend is empty).
+template <class Ex, class... M>
+constexpr void assign_pending(saved_space<Ex>& s, tuple<M...> const& pend) {
+  if constexpr (sizeof...(M) == 1) s.ex().assign(get<0>(pend).dst_, get<0>(pend).e_);
+  else if constexpr (sizeof...(M) > 1) s.ex().assign_together(pend);
+}
+
+template <bool First, class NK, class NI, class Ex, class P>
+constexpr auto keep_together(NK const& nk, NI const& ni, saved_space<Ex>& s, value_type_t<NK>* dst, bool& wrote,
+                             P const& pend);
+
+/// A let of the chain (keep_let_rest's work, its buffer's assign pending): nk over the
+/// earlier lets' buffers (the kept step's type), ni the same let over the expressions those
+/// buffers hold (what the launch computes). First: the chain's first let, whose operand's own
+/// kept values (a product) are computed here, before anything is pending; a later let's
+/// operand keeps nothing (else what is pending runs first, and the rest as keep_let does).
+template <bool First, class Nm, class Z, class B, class NI, class Ex, class P>
+constexpr auto keep_together_let(let_node<Nm, Z, B> const& nk, NI const& ni, saved_space<Ex>& s,
+                                 value_type_t<B>* dst, bool& wrote, P const& pend) {
+  if constexpr (!First && ad::buffer_count<Z, true>::value != 0) {
+    assign_pending(s, pend);
+    return keep_let<true, true, false>(nk, s, dst, &wrote);
+  } else {
+    using T = value_type_t<Z>;
+    using S = shape_of_t<Z>;
+    auto z2 = with_saved<true>(nk.z_, s);  // (a later let's: nk.z_ itself, nothing run)
+    using Z2 = decltype(z2);
+    auto zi = [&] {
+      if constexpr (First) {
+        return z2;
+      } else {
+        static_assert(ad::buffer_count<std::remove_cvref_t<decltype(ni.z_)>, true>::value == 0,
+                      "gradix internal: a let's operand over the earlier lets' expressions keeps nothing");
+        return ni.z_;
+      }
+    }();
+    var_node<Nm> const v{nk.z_.shape()};
+    T* gz = nullptr;
+    if constexpr (Nm::reaches_param)
+      if (s.argmax()) gz = s.template take_step_adjoint<T>(std::size_t(nk.z_.shape().size()));
+    if constexpr (is_saved_node<Z2>::value) {  // its value in its root's buffer, written
+      using R = saved_node<var_node<Nm>, typename Z2::layout_type>;
+      R r{s.keep_node(v), typename R::buffer_type(z2.buf_)};
+      if (gz) r.extra_.g = let_grad<T, S, Nm>(gz, nk.z_.shape());
+      auto b2 = keep_together<false>(bind_var<Nm>(nk.body_, r), bind_var<Nm>(ni.body_, r), s, dst, wrote, pend);
+      return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
+    } else {
+      using L = saved_layout_t<Z>;
+      using R = saved_node<var_node<Nm>, L>;
+      tensor_view<T, S, L, typename Ex::space> buf(s.template take<T>(std::size_t(nk.z_.shape().size())), nk.z_.shape());
+      R r{s.keep_node(v), typename R::buffer_type(buf)};
+      if (gz) r.extra_.g = let_grad<T, S, Nm>(gz, nk.z_.shape());
+      auto const more = ::gradix::tuple_cat(pend, ::gradix::make_tuple(assign_member<decltype(buf), decltype(zi)>{buf, zi}));
+      auto b2 = keep_together<false>(bind_var<Nm>(nk.body_, r), bind_var<Nm>(ni.body_, zi), s, dst, wrote, more);
+      return bound_let_node<Nm, Z2, decltype(b2)>{z2, b2, gz};
+    }
+  }
+}
+
+/// with_saved_into<false>'s result for nk (the same type; ni: nk over the expressions the
+/// pending buffers hold), the pending members and the root's value run as one launch when
+/// the root keeps nothing below it; else what is pending runs, then the rest as before.
+template <bool First, class NK, class NI, class Ex, class P>
+constexpr auto keep_together(NK const& nk, NI const& ni, saved_space<Ex>& s, value_type_t<NK>* dst, bool& wrote,
+                             P const& pend) {
+  using T = value_type_t<NK>;
+  using S = shape_of_t<NK>;
+  using Sp = typename Ex::space;
+  if constexpr (is_let_node<NK>::value) {
+    return keep_together_let<First>(nk, ni, s, dst, wrote, pend);
+  } else if constexpr (!is_scan_node<NK>::value && ad::buffer_count<NK, true>::value == 1 && ad::keeps_value_v<NK, true> &&
+                       !is_matmul_node<NK>::value && !is_kept_reshape<NK>::value && !is_segment_sum_node<NK>::value &&
+                       !is_row_node<NK>::value && std::is_same_v<saved_layout_t<NK>, row_major>) {
+    // a root keeping its value (a concat) over operands that keep nothing: its value into
+    // dst (or a buffer of the step), in the launch
+    T* p = dst ? dst : s.template take<T>(std::size_t(nk.shape().size()));
+    tensor_view<T, S, row_major, Sp> const out(p, nk.shape());
+    assign_pending(s, ::gradix::tuple_cat(pend, ::gradix::make_tuple(assign_member<decltype(out), NI>{out, ni})));
+    wrote = dst != nullptr;
+    return keep_value_assigned(nk, s, p, false);
+  } else if constexpr (ad::buffer_count<NK, true>::value == 0) {
+    // a root keeping nothing: its value into dst in the launch (keep_scan assigns it else)
+    if (dst) {
+      tensor_view<T, S, row_major, Sp> const out(dst, nk.shape());
+      assign_pending(s, ::gradix::tuple_cat(pend, ::gradix::make_tuple(assign_member<decltype(out), NI>{out, ni})));
+      wrote = true;
+    } else {
+      assign_pending(s, pend);
+    }
+    return nk;
+  } else {
+    assign_pending(s, pend);
+    return with_saved_into<false>(nk, s, dst, wrote);
+  }
+}
+
+/// with_saved_into<false>(n, s, dst, wrote) (the same type and values), on an executor that
+/// assigns several buffers in one launch (Ex::assigns_together): a step's body under lets has
+/// its lets' buffers and its root's value written by one launch, after its first let's own
+/// kept values (a product). Else with_saved_into<false> itself.
+template <class N, class Ex>
+constexpr auto with_saved_together(N const& n, saved_space<Ex>& s, value_type_t<N>* dst, bool& wrote) {
+  if constexpr (is_let_node<N>::value && Ex::assigns_together)
+    return keep_together<true>(n, n, s, dst, wrote, tuple<>{});
+  else
+    return with_saved_into<false>(n, s, dst, wrote);
+}
+
 /// A scan kept: its operands transformed, c0 and the inputs computed into buffers of the
 /// call, then each step's body transformed over one step's region (its own kept values:
 /// products, reductions, lets) and its value assigned into the carries' buffer; the last
@@ -182,8 +302,9 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
       constexpr bool Inline = decltype(inline_lets)::value;
       bool wrote = false;
       auto const e2 = [&] {
-        if constexpr (rows_stop) return with_saved_into<Inline>(body_at(t), sp, static_cast<T*>(nullptr), wrote);
-        else return with_saved_into<Inline>(body_at(t), sp, ht.data_, wrote);
+        T* const dst = rows_stop ? static_cast<T*>(nullptr) : ht.data_;
+        if constexpr (Inline) return with_saved_into<true>(body_at(t), sp, dst, wrote);
+        else return with_saved_together(body_at(t), sp, dst, wrote);
       }();
       if constexpr (rows_stop) {  // a finished row keeps its carry
         tensor_view<T const, CS, row_major, Sp> const prev(t == 0 ? cinit : h + std::size_t(t - 1) * c, cs);

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
 namespace gradix::grid {
 
@@ -44,6 +45,10 @@ class executor {
   /// lets' elementwise operands where it uses them: fewer launches (an LSTM step: the
   /// product and one kernel), the elementwise work recomputed.
   static constexpr bool inlines_step_lets = true;
+  /// A step kept for the sweep writes its lets' buffers and its root's value in one launch
+  /// (exec/save_scan.hpp, with_saved_together: an LSTM step is its product and one launch),
+  /// each member recomputing the lets' elementwise operands it reads.
+  static constexpr bool assigns_together = true;
   /// A scan's reverse sweep takes a weight's gradient in one gemm over every step
   /// (exec/elements.hpp, sweep_deferral; 0: no bound on its rows): one launch, not one
   /// per step.
@@ -79,6 +84,31 @@ class executor {
   template <class V, class E>
   void assign(V const& dst, E const& e) {
     if (dst.size() > 0) detail::assign_direct(*l_, dst, e, o_.launch);
+  }
+  /// Every member m (exec/save_scan.hpp, assign_member: m.dst_ = m.e_; buffers of the call,
+  /// no member reading another's) in one launch, each on its own blocks (fused_kernel);
+  /// member by member where a member is a reduction (assign_direct's kernels) or the
+  /// launch's parameters would not fit (kernel_param_bytes; an LSTM step's three members
+  /// take 4.5 KB: each recomputes the gates it reads).
+  template <class... M>
+  void assign_together(tuple<M...> const& ms) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      using K = fused_kernel<assign_kernel<decltype(get<I>(ms).dst_), decltype(get<I>(ms).e_)>...>;
+      if constexpr ((is_reduce_node<decltype(get<I>(ms).e_)>::value || ...) || sizeof(K) > kernel_param_bytes - 256) {
+        (assign(get<I>(ms).dst_, get<I>(ms).e_), ...);
+      } else {
+        K k{::gradix::make_tuple(assign_kernel<decltype(get<I>(ms).dst_), decltype(get<I>(ms).e_)>{get<I>(ms).dst_, get<I>(ms).e_}...),
+            {}, {}};
+        static_assert(std::is_trivially_copyable_v<K>, "gradix::grid: a fused launch must be trivially copyable");
+        index_t const t = shape_for(1, o_.launch, l_->max_threads()).threads;
+        index_t next = 0;
+        ((k.begin_[I] = next,
+          next += get<I>(ms).dst_.size() > 0 ? shape_for(get<I>(ms).dst_.size(), o_.launch, l_->max_threads()).blocks : 0,
+          k.end_[I] = next),
+         ...);
+        if (next > 0) l_->launch(launch_shape{next, t, 0}, k);
+      }
+    }(std::index_sequence_for<M...>{});
   }
   /// Whether gemm reads a strided matrix in place: a unit stride along one of its axes (as
   /// a BLAS; blas_form_of).

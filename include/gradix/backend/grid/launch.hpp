@@ -84,6 +84,16 @@ struct launch_options {
 /// inside CUDA's 2^31 - 1; the loops are grid-stride loops, so any count covers the work).
 inline constexpr index_t max_grid_blocks = index_t(1) << 20;
 
+/// The most bytes a kernel's parameters (the functor, passed by value) may take: 32,764 on
+/// every architecture that CUDA 12.1 and later compile for (Volta on; nvcc 13, this
+/// project's toolkit, starts at Turing), 4,096 with an older nvcc. The emulator takes what
+/// CUDA 12.1 takes, so both count the same launches.
+#if defined(__CUDACC__) && (__CUDACC_VER_MAJOR__ < 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ < 1))
+inline constexpr std::size_t kernel_param_bytes = 4096;
+#else
+inline constexpr std::size_t kernel_param_bytes = 32764;
+#endif
+
 /// The launch shape of a grid-stride loop over n items (at least one block).
 GRADIX_HOST_DEVICE constexpr launch_shape shape_for(index_t n, launch_options o, index_t max_threads,
                                                     std::size_t shared_bytes = 0) {

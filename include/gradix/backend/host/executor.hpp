@@ -31,6 +31,9 @@ struct executor {
   /// cell's c2 twice, its gates' sigmoids with it) measured 20-35% slower on the host than
   /// writing them and reading them back from cache.
   static constexpr bool inlines_step_lets = false;
+  /// A kept step's lets are assigned one loop after another (each reads the buffers the
+  /// earlier ones wrote) rather than in one launch recomputing them (the grid's).
+  static constexpr bool assigns_together = false;
   /// A scan's reverse sweep takes a weight's gradient of at least 2^17 elements (512 KB of
   /// floats) over several steps at once, in gemms of at most 128 rows of inner extent (4
   /// steps of a batch of 32), and a smaller one step by step (exec/elements.hpp,
