@@ -266,7 +266,7 @@ TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and
   }
 }
 
-TEST_CASE("device models: a GRU cell's scan, forward and with gx::recompute_steps (its let read where it is used)") {
+TEST_CASE("device models: a GRU cell's scan, forward, backward and with gx::recompute_steps (its let read where it is used)") {
   // gx::cells::gru reads its gates' let three times, one of them inside the concat a product
   // reads: the device's unkept steps recompute it there; values and gradients as the host's
   auto const hx = gx::randn<float>(gx::dims(6, 3, 4), 1, 0.0, 0.5);
@@ -299,6 +299,15 @@ TEST_CASE("device models: a GRU cell's scan, forward and with gx::recompute_step
     CHECK(std::abs(dr - hv) <= 1e-5 * (1 + std::abs(hv)));
     CHECK(max_rel(dg.grad().download(), gg) <= 1e-5);
     CHECK(max_rel(dn.grad().download(), gn) <= 1e-5);
+    // every step kept: the let's operand feeds a product (the concat [x, r h] read by the
+    // second gemm), so a kept step's one launch (with_saved_together) ends there and the
+    // rest runs as before
+    auto dg2 = grid::param(to_device(l, hwg));
+    auto dn2 = grid::param(to_device(l, hwn));
+    float const dk = grid::backward(l, gx::sum(gx::square(gx::scan(dh0.view(), dx.view(), body(dg2, dn2, dbg.view(), dbn.view())))));
+    CHECK(std::abs(dk - hv) <= 1e-5 * (1 + std::abs(hv)));
+    CHECK(max_rel(dg2.grad().download(), gg) <= 1e-5);
+    CHECK(max_rel(dn2.grad().download(), gn) <= 1e-5);
   }
   CHECK(l.live_allocations() == 0);
 }
