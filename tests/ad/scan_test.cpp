@@ -207,6 +207,78 @@ TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and t
   }
 }
 
+TEST_CASE("scan: the projected LSTM and GRU cells (the input's product out of the loop) against central differences, the unrolled cells and the formulas") {
+  index_t const B = 2, H = 3;
+  constexpr index_t T = 3;
+  SUBCASE("gru_projected: PyTorch's nn.GRU step") {
+    auto xw = gx::param(gx::uniform<double>(gx::dims(T, B, 3 * H), 51, -1.0, 1.0));
+    auto wh = gx::param(gx::uniform<double>(gx::dims(H, 3 * H), 52, -0.7, 0.7));
+    auto bh = gx::param(gx::uniform<double>(gx::dims(3 * H), 53, -0.4, 0.4));
+    auto h0 = gx::param(gx::uniform<double>(gx::dims(B, H), 54, -0.5, 0.5));
+    auto wo = gx::uniform<double>(gx::dims(T, B, H), 55, -1.0, 1.0);
+    auto cell = [&](auto const& x, auto const& h) { return gx::cells::gru_projected(x, h, wh, bh); };
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xw, [&](auto h, auto x) { return cell(x, h); }) * wo); };
+    CHECK_NUMGRAD(loss, wh);
+    CHECK_NUMGRAD(loss, bh);
+    CHECK_NUMGRAD(loss, h0);
+    CHECK_NUMGRAD(loss, xw);
+    // the formula, in plain loops: r, z, n in PyTorch's order, the reset gate after the product
+    auto const hs = gx::eval(gx::scan(h0, xw, [&](auto h, auto x) { return cell(x, h); }));
+    std::vector<double> h(std::size_t(B * H)), a(std::size_t(3 * H));
+    for (index_t b = 0; b < B; ++b)
+      for (index_t k = 0; k < H; ++k) h[std::size_t(b * H + k)] = h0.value()(b, k);
+    auto sg = [](double v) { return 1 / (1 + std::exp(-v)); };
+    for (index_t t = 0; t < T; ++t) {
+      std::vector<double> next(h.size());
+      for (index_t b = 0; b < B; ++b) {
+        for (index_t j = 0; j < 3 * H; ++j) {
+          a[std::size_t(j)] = bh.value()(j);
+          for (index_t k = 0; k < H; ++k) a[std::size_t(j)] += h[std::size_t(b * H + k)] * wh.value()(k, j);
+        }
+        for (index_t k = 0; k < H; ++k) {
+          double const r = sg(xw.value()(t, b, k) + a[std::size_t(k)]);
+          double const z = sg(xw.value()(t, b, H + k) + a[std::size_t(H + k)]);
+          double const n = std::tanh(xw.value()(t, b, 2 * H + k) + r * a[std::size_t(2 * H + k)]);
+          next[std::size_t(b * H + k)] = (1 - z) * n + z * h[std::size_t(b * H + k)];
+        }
+      }
+      h = next;
+      for (index_t b = 0; b < B; ++b)
+        for (index_t k = 0; k < H; ++k) CHECK(hs(t, b, k) == doctest::Approx(h[std::size_t(b * H + k)]).epsilon(1e-13));
+    }
+    auto h1 = cell(gx::select<0>(xw, 0), h0);
+    auto h2 = cell(gx::select<0>(xw, 1), h1);
+    auto h3 = cell(gx::select<0>(xw, 2), h2);
+    auto unrolled = gx::sum(h1 * gx::select<0>(wo, 0)) + gx::sum(h2 * gx::select<0>(wo, 1)) +
+                    gx::sum(h3 * gx::select<0>(wo, 2));
+    CHECK(gx::value(loss(wh)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
+    same_gradient(wh, loss(wh), unrolled, 1e-12);
+    same_gradient(bh, loss(wh), unrolled, 1e-12);
+    same_gradient(h0, loss(wh), unrolled, 1e-12);
+    same_gradient(xw, loss(wh), unrolled, 1e-12);
+  }
+  SUBCASE("lstm_projected") {
+    auto xw = gx::param(gx::uniform<double>(gx::dims(T, B, 4 * H), 61, -1.0, 1.0));
+    auto wh = gx::param(gx::uniform<double>(gx::dims(H, 4 * H), 62, -0.7, 0.7));
+    auto hc0 = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 63, -0.5, 0.5));
+    auto wo = gx::uniform<double>(gx::dims(T, B, 2 * H), 64, -1.0, 1.0);
+    auto cell = [&](auto const& x, auto const& hc) { return gx::cells::lstm_projected(x, hc, wh); };
+    auto loss = [&](auto&) { return gx::sum(gx::scan(hc0, xw, [&](auto hc, auto x) { return cell(x, hc); }) * wo); };
+    CHECK_NUMGRAD(loss, wh);
+    CHECK_NUMGRAD(loss, hc0);
+    CHECK_NUMGRAD(loss, xw);
+    auto c1 = cell(gx::select<0>(xw, 0), hc0);
+    auto c2 = cell(gx::select<0>(xw, 1), c1);
+    auto c3 = cell(gx::select<0>(xw, 2), c2);
+    auto unrolled = gx::sum(c1 * gx::select<0>(wo, 0)) + gx::sum(c2 * gx::select<0>(wo, 1)) +
+                    gx::sum(c3 * gx::select<0>(wo, 2));
+    CHECK(gx::value(loss(wh)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
+    same_gradient(wh, loss(wh), unrolled, 1e-12);
+    same_gradient(hc0, loss(wh), unrolled, 1e-12);
+    same_gradient(xw, loss(wh), unrolled, 1e-12);
+  }
+}
+
 TEST_CASE("scan: the inputs gathered from an embedding table, the carries read by a product and a loss") {
   index_t const T = 5, B = 3, V = 9, D = 4, H = 5, K = 3;
   auto table = gx::param(gx::uniform<double>(gx::dims(V, D), 51, -1.0, 1.0));

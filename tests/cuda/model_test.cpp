@@ -225,6 +225,68 @@ TEST_CASE("device models: an LSTM cell's scan (gx::cells::lstm_projected): value
   CHECK((rec[1] - rec[0]) % 4 == 0);
 }
 
+TEST_CASE("device models: a GRU cell's scan in PyTorch's form (gx::cells::gru_projected): values, gradients and launches per step") {
+  // the carry h (4 x H), xw_t the input's product for the three gates (4 x 3H), taken out of
+  // the loop; per step the product a = h Wh + bh (its let), the gates and the new carry
+  index_t const H = 5;
+  auto const hwh = gx::randn<float>(gx::dims(H, 3 * H), 4, 0.0, 0.3);
+  auto const hbh = gx::randn<float>(gx::dims(3 * H), 5, 0.0, 0.2);
+  auto const hh0 = gx::randn<float>(gx::dims(4, H), 2, 0.0, 0.5);
+  index_t fwd[2] = {0, 0}, bwd[2] = {0, 0}, rec[2] = {0, 0};
+  for (index_t steps : {4, 8}) {
+    INFO("steps " << steps);
+    auto const hxw = gx::randn<float>(gx::dims(steps, 4, 3 * H), 1, 0.0, 0.5);
+    auto hp = gx::param(hwh);
+    auto hb = gx::param(hbh);
+    auto body = [](auto& wh, auto& bh) { return [&wh, &bh](auto h, auto xt) { return gx::cells::gru_projected(xt, h, wh, bh); }; };
+    auto const hs = gx::eval(gx::scan(hh0, hxw, body(hp, hb)));
+    float const hv = gx::backward(gx::sum(gx::square(gx::scan(hh0, hxw, body(hp, hb)))));
+    auto const hg = hp.grad().to_dense();
+    auto const hgb = hb.grad().to_dense();
+    launcher l;
+    {
+      auto dxw = to_device(l, hxw);
+      auto dh0 = to_device(l, hh0);
+      auto dp = grid::param(to_device(l, hwh));
+      auto db = grid::param(to_device(l, hbh));
+      index_t a = l.launches();
+      auto const ds = grid::eval(l, gx::scan(dh0.view(), dxw.view(), body(dp, db)));
+      fwd[steps == 8] = l.launches() - a;
+      CHECK(max_rel(ds.download(), hs) <= 1e-5);
+      a = l.launches();
+      float const dv = grid::backward(l, gx::sum(gx::square(gx::scan(dh0.view(), dxw.view(), body(dp, db)))));
+      bwd[steps == 8] = l.launches() - a;
+      CHECK(std::abs(dv - hv) <= 1e-5 * (1 + std::abs(hv)));
+      CHECK(max_rel(dp.grad().download(), hg) <= 1e-5);
+      CHECK(max_rel(db.grad().download(), hgb) <= 1e-5);
+      auto dq = grid::param(to_device(l, hwh));
+      auto dc = grid::param(to_device(l, hbh));
+      a = l.launches();
+      float const dr =
+          grid::backward(l, gx::sum(gx::square(gx::scan(dh0.view(), dxw.view(), body(dq, dc), gx::recompute_steps))));
+      rec[steps == 8] = l.launches() - a;
+      CHECK(std::abs(dr - hv) <= 1e-5 * (1 + std::abs(hv)));
+      CHECK(max_rel(dq.grad().download(), hg) <= 1e-5);
+      CHECK(max_rel(dc.grad().download(), hgb) <= 1e-5);
+    }
+    CHECK(l.live_allocations() == 0);
+  }
+  MESSAGE("gru_projected launches per step: forward ", (fwd[1] - fwd[0]) / 4, ", backward (forward + sweep) ",
+          (bwd[1] - bwd[0]) / 4, ", backward with gx::recompute_steps ", (rec[1] - rec[0]) / 4);
+  CHECK((fwd[1] - fwd[0]) % 4 == 0);
+  CHECK((bwd[1] - bwd[0]) % 4 == 0);
+  CHECK((rec[1] - rec[0]) % 4 == 0);
+  // forward: the product, then one kernel (the let read where it is used; in a backward
+  // call its buffer and the carry written by one launch, with_saved_together)
+  CHECK((fwd[1] - fwd[0]) / 4 == 2);
+  // a backward call: those two, then the sweep's elementwise adjoint in one launch (its
+  // parameters take more than 4 KiB: kernel_param_bytes), bh's gradient (a sum over the
+  // batch of the let's adjoint, which that launch wrote) and the gemm of h's adjoint
+  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 3);
+  // recompute_steps: the forward (2), the step again (2), the three, Wh's gradient (1)
+  CHECK((rec[1] - rec[0]) / 4 == 2 + 2 + 3 + 1);
+}
+
 TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and both scatter modes") {
   // the c2 let of gx::cells::lstm_projected is pointwise: its body's uses and its operand's
   // run as members of one launch on the same blocks (exec/fusion.hpp pointwise_let,

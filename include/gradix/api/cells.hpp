@@ -19,6 +19,21 @@
 /// (The GRU is the variant of Cho et al. 2014 with the reset gate applied before the
 /// product, PyTorch's `nn.GRU` applies it after; the LSTM has no peepholes and one bias,
 /// PyTorch's two biases add up to it.)
+///
+/// The projected cells take the input's product out of the recurrence (xw = x Wx + b for
+/// every step at once, one product before the scan, as cuDNN and PyTorch do), so that a
+/// step is one product of the carry: on the device, two launches per step forward and two
+/// in the reverse sweep (docs/ad.md, "Loops: scan"):
+///
+///   lstm_projected(xw, hc, Wh)      i, f, g, o = xw + h Wh                  Wh: [H, 4H]
+///                                   (then as lstm)
+///   gru_projected(xw, h, Wh, bh)    a = h Wh + bh;  r, z, n as PyTorch's    Wh: [H, 3H]
+///                                   r = sigmoid(xw_r + a_r), z likewise     bh: [3H]
+///                                   n = tanh(xw_n + r * a_n)
+///                                   h' = (1 - z) * n + z * h
+///
+/// gru_projected is PyTorch's `nn.GRU` cell (reset gate after the product; gates in its
+/// order r, z, n; Wx = W_ih^T, Wh = W_hh^T, xw's bias b_ih, bh = b_hh).
 
 #include "gradix/api/let.hpp"
 #include "gradix/api/softmax.hpp"
@@ -96,6 +111,25 @@ constexpr auto lstm_projected(XW&& xw0, HC&& hc0, WH&& wh0) {
     auto g = tanh(slice<1>(gates, 2 * n, 3 * n));
     auto o = sigmoid(slice<1>(gates, 3 * n, 4 * n));
     return let(f * c + i * g, [&](auto const& c2) { return concat<1>(o * tanh(c2), c2); });
+  });
+}
+
+/// A GRU cell with the input's product taken out of the recurrence, PyTorch's `nn.GRU`
+/// formulation (see the file comment): xw_t = x_t Wx + b_x ([batch, 3H], gates r, z, n) for
+/// every step at once before the scan, then per step one product a = h Wh + bh (wh [H, 3H],
+/// bh [3H]), the reset gate applied to its candidate's third after the product.
+template <operand XW, operand H, operand WH, operand BH>
+constexpr auto gru_projected(XW&& xw0, H&& h0, WH&& wh0, BH&& bh0) {
+  auto const xw = detail::as_node(static_cast<XW&&>(xw0));
+  auto const h = detail::as_node(static_cast<H&&>(h0));
+  auto const wh = detail::as_node(static_cast<WH&&>(wh0));
+  auto const bh = detail::as_node(static_cast<BH&&>(bh0));
+  index_t const n = h.shape().extent(1);
+  return let(matmul(h, wh) + bh, [&](auto const& a) {
+    auto r = sigmoid(slice<1>(xw, 0, n) + slice<1>(a, 0, n));
+    auto z = sigmoid(slice<1>(xw, n, 2 * n) + slice<1>(a, n, 2 * n));
+    auto cand = tanh(slice<1>(xw, 2 * n, 3 * n) + r * slice<1>(a, 2 * n, 3 * n));
+    return (value_type_t<decltype(a)>(1) - z) * cand + z * h;
   });
 }
 

@@ -94,7 +94,7 @@ class executor {
   void assign_together(tuple<M...> const& ms) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       using K = fused_kernel<assign_kernel<decltype(get<I>(ms).dst_), decltype(get<I>(ms).e_)>...>;
-      if constexpr ((is_reduce_node<decltype(get<I>(ms).e_)>::value || ...) || sizeof(K) > kernel_param_bytes - 256) {
+      if constexpr ((is_reduce_node<decltype(get<I>(ms).e_)>::value || ...) || sizeof(K) > kernel_param_bytes - 1024) {
         (assign(get<I>(ms).dst_, get<I>(ms).e_), ...);
       } else {
         K k{::gradix::make_tuple(assign_kernel<decltype(get<I>(ms).dst_), decltype(get<I>(ms).e_)>{get<I>(ms).dst_, get<I>(ms).e_}...),

@@ -98,12 +98,14 @@ auto plan_uses(tuple<E...> const& p) {
 }
 
 /// Whether the uses U... run fused: reservations in one launch, updates in one launch (while
-/// their storages differ). A kernel's parameters must stay small (CUDA takes 4 KiB on every
-/// device), and a plan of many uses keeps one launch per use.
+/// their storages differ). A kernel's parameters must fit what CUDA takes
+/// (kernel_param_bytes, less a margin: 31,740 bytes with CUDA 12.1 and later, 3,072 with an
+/// older nvcc; a GRU step's elementwise adjoint, gx::cells::gru_projected, takes more than
+/// 4 KiB), and a plan of many uses keeps one launch per use.
 template <class... U>
 inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= 8 &&
-                                    sizeof(fused_kernel<use_work<U>...>) <= 3072 &&
-                                    sizeof(fused_kernel<reserve_of_t<U>..., sort_of_t<U>...>) <= 3072;
+                                    sizeof(fused_kernel<use_work<U>...>) <= kernel_param_bytes - 1024 &&
+                                    sizeof(fused_kernel<reserve_of_t<U>..., sort_of_t<U>...>) <= kernel_param_bytes - 1024;
 
 /// Points a reservation kernel at its storage's memory as it is now (a later make_room of the
 /// same storage, for another use of the launch, may have grown it).
@@ -286,14 +288,14 @@ struct pointwise_member {
 
 /// Whether uses U... can run as members of one launch that all cover the same blocks, each
 /// thread taking the same elements in every member (run_pointwise_uses): rank-R domains, no
-/// projected axis, one walk order, and the launch's parameters within the 4 KiB that CUDA
-/// gives a kernel on every device (less a margin).
+/// projected axis, one walk order, and the launch's parameters within what CUDA gives a
+/// kernel (kernel_param_bytes, less a margin).
 template <std::size_t R, class... U>
 inline constexpr bool pointwise_launch_v = sizeof...(U) >= 2 &&
                                            ((ad::kernel_traits<U>::domain_rank == R && use_axes<U>::projected == 0 &&
                                              walk_order_v<U> == int(R) - 1) &&
                                             ...) &&
-                                           sizeof(fused_kernel<pointwise_member<U>...>) <= 3840;
+                                           sizeof(fused_kernel<pointwise_member<U>...>) <= kernel_param_bytes - 1024;
 
 /// Runs uses us, whose domains all have extents ext, in one launch in which every member
 /// covers the same blocks and each thread takes the same elements in every member, one
