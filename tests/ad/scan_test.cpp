@@ -25,6 +25,14 @@ auto elman(X const& x, H const& h, WX& wx, WH& wh, BB& b) {
 }  // namespace
 
 namespace {
+// sum over t of sum(c_t * wo_t) with the cell unrolled over 3 steps at compile time.
+template <class Cell, class XS, class C0, class WO>
+auto unrolled3(Cell const& cell, XS& xs, C0& c0, WO const& wo) {  // (xs, c0: parameters, by reference)
+  auto c1 = cell(gx::select<0>(xs, 0), c0);
+  auto c2 = cell(gx::select<0>(xs, 1), c1);
+  auto c3 = cell(gx::select<0>(xs, 2), c2);
+  return gx::sum(c1 * gx::select<0>(wo, 0)) + gx::sum(c2 * gx::select<0>(wo, 1)) + gx::sum(c3 * gx::select<0>(wo, 2));
+}
 // The gradients of one parameter by two expressions' backward, compared element by element.
 template <class P, class E1, class E2>
 void same_gradient(P& p, E1 const& a, E2 const& b, double tol) {
@@ -173,12 +181,7 @@ TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and t
     CHECK_NUMGRAD(loss, bn);
     CHECK_NUMGRAD(loss, h0);
     CHECK_NUMGRAD(loss, xs);
-    // unrolled at compile time: three nested cells
-    auto h1 = cell(gx::select<0>(xs, 0), h0);
-    auto h2 = cell(gx::select<0>(xs, 1), h1);
-    auto h3 = cell(gx::select<0>(xs, 2), h2);
-    auto unrolled = gx::sum(h1 * gx::select<0>(wo, 0)) + gx::sum(h2 * gx::select<0>(wo, 1)) +
-                    gx::sum(h3 * gx::select<0>(wo, 2));
+    auto unrolled = unrolled3(cell, xs, h0, wo);  // at compile time: three nested cells
     CHECK(gx::value(loss(wg)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
     same_gradient(wg, loss(wg), unrolled, 1e-12);
     same_gradient(wn, loss(wg), unrolled, 1e-12);
@@ -195,11 +198,7 @@ TEST_CASE("scan: GRU and LSTM cells, gradients against central differences and t
     CHECK_NUMGRAD(loss, b);
     CHECK_NUMGRAD(loss, hc0);
     CHECK_NUMGRAD(loss, xs);
-    auto c1 = cell(gx::select<0>(xs, 0), hc0);
-    auto c2 = cell(gx::select<0>(xs, 1), c1);
-    auto c3 = cell(gx::select<0>(xs, 2), c2);
-    auto unrolled = gx::sum(c1 * gx::select<0>(wo, 0)) + gx::sum(c2 * gx::select<0>(wo, 1)) +
-                    gx::sum(c3 * gx::select<0>(wo, 2));
+    auto unrolled = unrolled3(cell, xs, hc0, wo);  // at compile time: three nested cells
     CHECK(gx::value(loss(w)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
     same_gradient(w, loss(w), unrolled, 1e-12);
     same_gradient(hc0, loss(w), unrolled, 1e-12);
@@ -246,11 +245,7 @@ TEST_CASE("scan: the projected LSTM and GRU cells (the input's product out of th
       for (index_t b = 0; b < B; ++b)
         for (index_t k = 0; k < H; ++k) CHECK(hs(t, b, k) == doctest::Approx(h[std::size_t(b * H + k)]).epsilon(1e-13));
     }
-    auto h1 = cell(gx::select<0>(xw, 0), h0);
-    auto h2 = cell(gx::select<0>(xw, 1), h1);
-    auto h3 = cell(gx::select<0>(xw, 2), h2);
-    auto unrolled = gx::sum(h1 * gx::select<0>(wo, 0)) + gx::sum(h2 * gx::select<0>(wo, 1)) +
-                    gx::sum(h3 * gx::select<0>(wo, 2));
+    auto unrolled = unrolled3(cell, xw, h0, wo);  // at compile time: three nested cells
     CHECK(gx::value(loss(wh)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
     same_gradient(wh, loss(wh), unrolled, 1e-12);
     same_gradient(bh, loss(wh), unrolled, 1e-12);
@@ -267,11 +262,7 @@ TEST_CASE("scan: the projected LSTM and GRU cells (the input's product out of th
     CHECK_NUMGRAD(loss, wh);
     CHECK_NUMGRAD(loss, hc0);
     CHECK_NUMGRAD(loss, xw);
-    auto c1 = cell(gx::select<0>(xw, 0), hc0);
-    auto c2 = cell(gx::select<0>(xw, 1), c1);
-    auto c3 = cell(gx::select<0>(xw, 2), c2);
-    auto unrolled = gx::sum(c1 * gx::select<0>(wo, 0)) + gx::sum(c2 * gx::select<0>(wo, 1)) +
-                    gx::sum(c3 * gx::select<0>(wo, 2));
+    auto unrolled = unrolled3(cell, xw, hc0, wo);  // at compile time: three nested cells
     CHECK(gx::value(loss(wh)) == doctest::Approx(gx::value(unrolled)).epsilon(1e-13));
     same_gradient(wh, loss(wh), unrolled, 1e-12);
     same_gradient(hc0, loss(wh), unrolled, 1e-12);
