@@ -150,7 +150,8 @@ std::vector<float> mlp_grads(L& l, float* loss) {
   return out;
 }
 /// An LSTM layer (gx::cells::lstm_projected) over 6 steps as a gx::scan on launcher l (the
-/// host backend for gx::host_space): the loss and the recurrent weight's gradient. A step
+/// host backend for gx::host_space): the loss and the recurrent weight's gradient; then the
+/// same for a GRU layer (gx::cells::gru_projected), its bias's gradient too (losses added). A step
 /// kept for the sweep is the product and one launch writing the gates, c2 and the carry
 /// (exec/save_scan.hpp, with_saved_together): compiled by nvcc here; its launches are
 /// counted in the emulator suite (tests/cuda/model_test.cpp).
@@ -162,22 +163,42 @@ std::vector<float> lstm_grads(L& l, float* loss) {
   auto const hwh = gx::randn<float>(gx::dims(H, 4 * H), 8, 0.0f, 0.3f);
   auto const hc0 = gx::randn<float>(gx::dims(8, 2 * H), 9, 0.0f, 0.5f);
   auto const hxw = gx::randn<float>(gx::dims(6, 8, 4 * H), 10, 0.0f, 0.5f);
+  // and a GRU layer (gru_projected) over the same steps: its bias's gradient taken over
+  // every step when the sweep ends (row_sums_kernel)
+  auto const gwh = gx::randn<float>(gx::dims(H, 3 * H), 11, 0.0f, 0.3f);
+  auto const gbh = gx::randn<float>(gx::dims(3 * H), 12, 0.0f, 0.2f);
+  auto const gh0 = gx::randn<float>(gx::dims(8, H), 13, 0.0f, 0.5f);
+  auto const gxw = gx::randn<float>(gx::dims(6, 8, 3 * H), 14, 0.0f, 0.5f);
   auto loss_of = [](auto const& c0, auto const& xw, auto& wh) {
     return gx::sum(gx::square(gx::scan(c0, xw, [&wh](auto hc, auto xt) { return gx::cells::lstm_projected(xt, hc, wh); })));
   };
+  auto gru_loss = [](auto const& h0, auto const& xw, auto& wh, auto& bh) {
+    return gx::sum(gx::square(gx::scan(h0, xw, [&wh, &bh](auto h, auto xt) { return gx::cells::gru_projected(xt, h, wh, bh); })));
+  };
   std::vector<float> out;
+  auto put = [&](auto const& g) { out.insert(out.end(), g.data(), g.data() + g.size()); };
   if constexpr (std::is_same_v<L, gx::host_space>) {
     auto wh = gx::param(hwh);
     *loss = gx::backward(loss_of(hc0, hxw, wh));
-    auto const g = wh.grad().to_dense();
-    out.assign(g.data(), g.data() + g.size());
+    put(wh.grad().to_dense());
+    auto gw = gx::param(gwh);
+    auto gb = gx::param(gbh);
+    *loss += gx::backward(gru_loss(gh0, gxw, gw, gb));
+    put(gw.grad().to_dense());
+    put(gb.grad().to_dense());
   } else {
     auto dc0 = gx::grid::device_tensor<float, S2, L>::from_host(l, hc0);
     auto dxw = gx::grid::device_tensor<float, S3, L>::from_host(l, hxw);
     auto wh = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, hwh));
     *loss = gx::grid::backward(l, loss_of(dc0.view(), dxw.view(), wh));
-    auto const g = wh.grad().download();
-    out.assign(g.data(), g.data() + g.size());
+    put(wh.grad().download());
+    auto dh0 = gx::grid::device_tensor<float, S2, L>::from_host(l, gh0);
+    auto dgx = gx::grid::device_tensor<float, S3, L>::from_host(l, gxw);
+    auto gw = gx::grid::param(gx::grid::device_tensor<float, S2, L>::from_host(l, gwh));
+    auto gb = gx::grid::param(gx::grid::device_tensor<float, gx::shape<gx::dyn>, L>::from_host(l, gbh));
+    *loss += gx::grid::backward(l, gru_loss(dh0.view(), dgx.view(), gw, gb));
+    put(gw.grad().download());
+    put(gb.grad().download());
   }
   return out;
 }

@@ -280,9 +280,10 @@ TEST_CASE("device models: a GRU cell's scan in PyTorch's form (gx::cells::gru_pr
   // call its buffer and the carry written by one launch, with_saved_together)
   CHECK((fwd[1] - fwd[0]) / 4 == 2);
   // a backward call: those two, then the sweep's elementwise adjoint in one launch (its
-  // parameters take more than 4 KiB: kernel_param_bytes), bh's gradient (a sum over the
-  // batch of the let's adjoint, which that launch wrote) and the gemm of h's adjoint
-  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 3);
+  // parameters take more than 4 KiB: kernel_param_bytes) and the gemm of h's adjoint; bh's
+  // gradient (the batch's sum of the let's adjoint) is taken over every step in one launch
+  // when the sweep ends, as Wh's is (exec/elements.hpp, defer_row_sum; 3 a step before)
+  CHECK((bwd[1] - bwd[0]) / 4 == 2 + 2);
   // recompute_steps: the forward (2), the step again (2), the three, Wh's gradient (1)
   CHECK((rec[1] - rec[0]) / 4 == 2 + 2 + 3 + 1);
 }
@@ -325,6 +326,51 @@ TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and
     // and its operand three (the gates' i, f, g slices each in a launch of their own, the
     // carry's c beside the last), where atomic mode takes one for both: 4 more per step
     CHECK(launches[1] - launches[0] == 4 * steps);
+  }
+}
+
+TEST_CASE("device models: a GRU scan (gru_projected) in every launch configuration and both scatter modes, its bias summed over the steps") {
+  // the one launch writing a kept step's let and carry (with_saved_together), the
+  // elementwise adjoint's launch (parameters over 4 KiB) and bh's gradient taken over every
+  // step when the sweep ends (defer_row_sum, row_sums_kernel: one thread per column, rows in
+  // order); double precision against the host, with few threads and few blocks, and blocks
+  // and threads in shuffled orders; the deterministic bits the same in every configuration
+  index_t const H = 6, B = 5, steps = 7;
+  auto const hwh = gx::randn<T>(gx::dims(H, 3 * H), 4, 0.0, 0.4);
+  auto const hbh = gx::randn<T>(gx::dims(3 * H), 6, 0.0, 0.3);
+  auto const hh0 = gx::randn<T>(gx::dims(B, H), 2, 0.0, 0.5);
+  auto const hxw = gx::randn<T>(gx::dims(steps, B, 3 * H), 1, 0.0, 0.6);
+  auto body = [](auto& wh, auto& bh) { return [&wh, &bh](auto h, auto xt) { return gx::cells::gru_projected(xt, h, wh, bh); }; };
+  auto hp = gx::param(hwh);
+  auto hb = gx::param(hbh);
+  T const hv = gx::backward(gx::sum(gx::square(gx::scan(hh0, hxw, body(hp, hb)))));
+  auto const hg = hp.grad().to_dense();
+  auto const hgb = hb.grad().to_dense();
+  std::vector<T> first;  // bh's gradient in deterministic mode, first configuration
+  for (config c : configs) {
+    for (auto sm : {mode::atomic, mode::deterministic}) {
+      INFO("threads " << c.threads << ", max_blocks " << c.max_blocks << ", shuffled " << c.shuffle << ", "
+                      << (sm == mode::atomic ? "atomic" : "deterministic"));
+      launcher l = make_launcher(c);
+      {
+        auto dxw = to_device(l, hxw);
+        auto dh0 = to_device(l, hh0);
+        auto dp = grid::param(to_device(l, hwh));
+        auto db = grid::param(to_device(l, hbh));
+        grid::backward_options const o{sm, {c.threads, c.max_blocks}};
+        T const dv = grid::backward(l, gx::sum(gx::square(gx::scan(dh0.view(), dxw.view(), body(dp, db)))), o);
+        CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+        CHECK(max_rel(dp.grad().download(), hg) <= 1e-12);
+        auto const gb = db.grad().download();
+        CHECK(max_rel(gb, hgb) <= 1e-12);
+        if (sm == mode::deterministic) {
+          std::vector<T> bits(gb.data(), gb.data() + gb.size());
+          if (first.empty()) first = bits;
+          else CHECK(bits == first);
+        }
+      }
+      CHECK(l.live_allocations() == 0);
+    }
   }
 }
 

@@ -327,6 +327,17 @@ struct deferred_gradient {
   index_t hi = 0, lo = 0;      // (from one step to the next A moves by m a_rs, dC by m n)
   bool on = false;
 };
+/// A parameter gradient dst[j] += sum over rows of g[r, j] (a bias added inside a scan's
+/// body, `h Wh + bh`) taken over the steps of a reverse sweep in one reduction
+/// (sweep_deferral): g's rows over steps lo..hi are one contiguous (hi - lo + 1) m x n matrix.
+template <class T>
+struct deferred_sum {
+  T* dst = nullptr;
+  index_t m = 0, n = 0;
+  T const* g_hi = nullptr;  // g at step hi (from one step to the next it moves by m n)
+  index_t hi = 0, lo = 0;
+  bool on = false;
+};
 /// The weight gradients a reverse sweep defers (run_scan, in a call that kept every step's
 /// values, so that each step's dC stays in its own buffer: saved_sizes::step_adjoints): a
 /// product whose B plan is one direct kernel into a dense parameter gradient
@@ -342,6 +353,9 @@ struct sweep_deferral {
   int n = 0;       // records made
   int visit = 0;   // products visited in the current step (their operand B's gradients)
   int tvisit = 0;  // products visited in the current step (their operand A's gradients)
+  deferred_sum<T> s[max];  // row sums into a parameter's gradient (Ex::sums_rows_over_steps)
+  int ns = 0;              // records made
+  int svisit = 0;          // row sums visited in the current step
   index_t t = 0;   // the current step
   index_t steps = 0;
   std::uint64_t serial = 0;  // this sweep among the thread's (step_transposed)
@@ -484,6 +498,62 @@ bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const
   return true;
 }
 
+/// Whether use U adds the column sums of a row-major matrix view of memory space Sp (its
+/// domain, read at the identity) into a dense vector gradient: a bias added inside a scan's
+/// body, whose gradient a sweep that kept every step takes in one reduction when it ends,
+/// on an executor that asks for it (Ex::sums_rows_over_steps; defer_row_sum).
+template <class U, class Sp>
+struct row_sum_gradient : std::false_type {};
+template <class D, class T, class S, class G, class Sp>
+struct row_sum_gradient<ad::use<D, tensor_view<T const, S, row_major, Sp>, tuple<ad::ax_dom<1>>, G>, Sp>
+    : std::bool_constant<D::rank == 2 && S::rank == 2 && G::rank == 1 && !G::sparse &&
+                         std::is_same_v<typename G::value_type, T>> {};
+/// The deferred steps of r in one reduction (r off after).
+template <class Ex, class T>
+void flush_row_sum(Ex& ex, deferred_sum<T>& r) {
+  if (!r.on) return;
+  r.on = false;
+  index_t const q = r.hi - r.lo;
+  ex.add_row_sums(r.dst, r.g_hi - q * r.m * r.n, (q + 1) * r.m, r.n);
+}
+/// Whether this step's row sums of use u (row_sum_gradient) are deferred (recorded) rather
+/// than run now: u's matrix lies in the step's own memory, and the steps so far form one
+/// contiguous block with it (else the steps so far run in one reduction, this one and the
+/// later ones as they come).
+template <class Ex, class U>
+bool defer_row_sum(Ex& ex, U const& u) {
+  using T = value_type_t<decltype(u.v_)>;
+  sweep_deferral<T>* c = sweep_deferral_of<T>();
+  if (!c) return false;
+  auto at = [](T const* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  int const i = c->svisit++;
+  if (!u.target_) return false;
+  index_t const m = u.v_.shape().extent(0), n = u.v_.shape().extent(1);
+  if (!(u.dom_ == u.v_.shape()) || u.target_->shape().extent(0) != n) return false;
+  T* const dst = u.target_->data();
+  T const* const gp = u.v_.data_;
+  index_t const t = c->t;
+  if (i >= c->ns) {  // the first step that visits it
+    if (i != c->ns || i >= sweep_deferral<T>::max) return false;
+    ++c->ns;
+    auto& r = c->s[i];
+    r = deferred_sum<T>{dst, m, n, gp, t, t, false};
+    r.on = m > 0 && n > 0 && c->mem && at(gp) >= at(c->mem) &&
+           at(gp) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
+    return r.on;
+  }
+  auto& r = c->s[i];
+  if (!r.on) return false;
+  bool const ok = r.dst == dst && r.m == m && r.n == n && r.lo == t + 1 &&
+                  at(gp) == at(r.g_hi) - std::uintptr_t(r.hi - t) * std::uintptr_t(m * n) * sizeof(T);
+  if (!ok) {
+    flush_row_sum(ex, r);
+    return false;
+  }
+  r.lo = t;
+  return true;
+}
+
 template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
 constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = *u.node_;
@@ -582,6 +652,7 @@ void run_scan(Ex& ex, E const& e) {
     defer.t = t;
     defer.visit = 0;
     defer.tvisit = 0;
+    defer.svisit = 0;
     T* const gc = scan_carry_grad(t, c, k.ga_, g);  // the adjoint of carry t - 1 so far
     T* const gnext = g + std::size_t(t) * c;         // the whole adjoint of carry t
     if (t == 0) ex.clear(gc, index_t(c));
@@ -613,6 +684,8 @@ void run_scan(Ex& ex, E const& e) {
     }
   }
   for (int i = 0; i < defer.n; ++i) flush_deferred(ex, defer.d[i]);
+  if constexpr (requires { Ex::sums_rows_over_steps; })
+    for (int i = 0; i < defer.ns; ++i) flush_row_sum(ex, defer.s[i]);
   run_elements<Serial>(ex, e.carry(k.ga_));
   run_elements<Serial>(ex, e.input());
 }
@@ -642,6 +715,10 @@ constexpr void run_element(Ex& ex, E const& e) {
   } else if constexpr (Serial) {
     ex.run_serial(e);
   } else {
+    if constexpr (requires { Ex::sums_rows_over_steps; }) {
+      if constexpr (Ex::sums_rows_over_steps && row_sum_gradient<E, typename Ex::space>::value)
+        if (!std::is_constant_evaluated() && defer_row_sum(ex, e)) return;  // (taken when the sweep ends)
+    }
     ex.run(e);
   }
 }

@@ -30,6 +30,10 @@
 ///     step_gradient_min              (static constexpr index_t) the fewest elements a weight's
 ///                                    gradient has for the sweep to take it over several steps
 ///                                    at once (a smaller one: step by step)
+///     sums_rows_over_steps           (static constexpr bool, optional) whether a scan's sweep
+///                                    takes a bias's gradient (the row sums of each step's
+///                                    adjoint) over every step in one add_row_sums(dst, src,
+///                                    rows, n) when it ends (exec/elements.hpp, defer_row_sum)
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
 ///     assign_together(members)       (where assigns_together) a tuple of assign_member

@@ -37,6 +37,27 @@ namespace gradix::grid {
 template <class L, class T>
 concept gemm_launcher = requires(L& l, mat_ref<T> a, T* c) { l.gemm(index_t(1), index_t(1), index_t(1), index_t(1), a, a, c, index_t(1), index_t(0), false); };
 
+namespace detail {
+/// dst[j] += the sum of src's rows at column j (rows x n, row-major), one thread per column
+/// adding the rows in order: the same bits whatever the launch.
+template <class T>
+struct row_sums_kernel {
+  static constexpr bool uses_barriers = false;
+  T* dst_;
+  T const* src_;
+  index_t rows_, n_;
+  GRADIX_KERNEL_BODY
+  template <class Ctx>
+  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
+    for (index_t j = grid_first(c); j < n_; j += grid_step(c)) {
+      T s = T(0);
+      for (index_t r = 0; r < rows_; ++r) s += src_[r * n_ + j];
+      dst_[j] += s;
+    }
+  }
+};
+}  // namespace detail
+
 template <class L>
 class executor {
  public:
@@ -54,6 +75,15 @@ class executor {
   /// per step.
   static constexpr index_t step_gradient_rows = 0;
   static constexpr index_t step_gradient_min = 0;  // (any weight)
+  /// A bias that a step's body adds inside the loop (`h Wh + bh`: its gradient the sum of
+  /// the rows of a step's adjoint) has its gradient taken over every step in one launch when
+  /// the sweep ends (exec/elements.hpp, defer_row_sum; add_row_sums): a GRU step's sweep is
+  /// then its elementwise adjoint and the carry's gemm.
+  static constexpr bool sums_rows_over_steps = true;
+  template <class T>
+  void add_row_sums(T* dst, T const* src, index_t rows, index_t n) {
+    if (n > 0) l_->launch(shape_for(n, o_.launch, l_->max_threads()), detail::row_sums_kernel<T>{dst, src, rows, n});
+  }
   /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
   /// device call that fails part way leaves what it wrote, docs/cuda.md).
   template <std::size_t N>
