@@ -164,7 +164,7 @@ std::vector<float> lstm_grads(L& l, float* loss) {
   auto const hc0 = gx::randn<float>(gx::dims(8, 2 * H), 9, 0.0f, 0.5f);
   auto const hxw = gx::randn<float>(gx::dims(6, 8, 4 * H), 10, 0.0f, 0.5f);
   // and a GRU layer (gru_projected) over the same steps: its bias's gradient taken over
-  // every step when the sweep ends (row_sums_kernel)
+  // every step when the sweep ends (add_row_sums: ordered_block_sum_kernel)
   auto const gwh = gx::randn<float>(gx::dims(H, 3 * H), 11, 0.0f, 0.3f);
   auto const gbh = gx::randn<float>(gx::dims(3 * H), 12, 0.0f, 0.2f);
   auto const gh0 = gx::randn<float>(gx::dims(8, H), 13, 0.0f, 0.5f);

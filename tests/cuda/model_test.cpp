@@ -334,7 +334,7 @@ TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and
 TEST_CASE("device models: a GRU scan (gru_projected) in every launch configuration and both scatter modes, its bias summed over the steps") {
   // the one launch writing a kept step's let and carry (with_saved_together), the
   // elementwise adjoint's launch (parameters over 4 KiB) and bh's gradient taken over every
-  // step when the sweep ends (defer_row_sum, row_sums_kernel: one thread per column, rows in
+  // step when the sweep ends (defer_row_sum, ordered_block_sum_kernel: one thread per column, rows in
   // order); double precision against the host, with few threads and few blocks, and blocks
   // and threads in shuffled orders; the deterministic bits the same in every configuration
   index_t const H = 6, B = 5, steps = 7;

@@ -10,21 +10,24 @@
 namespace gradix::grid {
 
 /// out[x] = (((T(0) + in[x]) + in[s + x]) + in[2s + x]) + ... for x < width, over `blocks`
-/// rows `s` (the stride) elements apart: one thread per element adds the rows in their
-/// order, so every launch shape gives the bits of the host loop that does the same.
+/// rows `s` (the stride) elements apart (add_: out[x] += that sum): one thread per element
+/// adds the rows in their order, so every launch shape gives the bits of the host loop that
+/// does the same. (Also a scan sweep's bias gradient over its steps: grid::executor's
+/// add_row_sums.)
 template <class T>
 struct ordered_block_sum_kernel {
   static constexpr bool uses_barriers = false;
   T const* in_;
   T* out_;
   index_t blocks_, width_, stride_;
+  bool add_ = false;
   GRADIX_KERNEL_BODY
   template <class Ctx>
   GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
     for (index_t x = grid_first(c); x < width_; x += grid_step(c)) {
       T s = T(0);
       for (index_t b = 0; b < blocks_; ++b) s += in_[b * stride_ + x];
-      out_[x] = s;
+      out_[x] = add_ ? out_[x] + s : s;
     }
   }
 };

@@ -12,6 +12,7 @@
 /// on a GPU), so calls on different streams never share memory.
 
 #include "gradix/backend/grid/assign.hpp"
+#include "gradix/backend/grid/block_sum.hpp"
 #include "gradix/backend/grid/kept.hpp"
 #include "gradix/backend/grid/launch.hpp"
 #include "gradix/backend/grid/plain_plan.hpp"
@@ -37,27 +38,6 @@ namespace gradix::grid {
 template <class L, class T>
 concept gemm_launcher = requires(L& l, mat_ref<T> a, T* c) { l.gemm(index_t(1), index_t(1), index_t(1), index_t(1), a, a, c, index_t(1), index_t(0), false); };
 
-namespace detail {
-/// dst[j] += the sum of src's rows at column j (rows x n, row-major), one thread per column
-/// adding the rows in order: the same bits whatever the launch.
-template <class T>
-struct row_sums_kernel {
-  static constexpr bool uses_barriers = false;
-  T* dst_;
-  T const* src_;
-  index_t rows_, n_;
-  GRADIX_KERNEL_BODY
-  template <class Ctx>
-  GRADIX_HOST_DEVICE void operator()(Ctx const& c) const {
-    for (index_t j = grid_first(c); j < n_; j += grid_step(c)) {
-      T s = T(0);
-      for (index_t r = 0; r < rows_; ++r) s += src_[r * n_ + j];
-      dst_[j] += s;
-    }
-  }
-};
-}  // namespace detail
-
 template <class L>
 class executor {
  public:
@@ -82,7 +62,8 @@ class executor {
   static constexpr bool sums_rows_over_steps = true;
   template <class T>
   void add_row_sums(T* dst, T const* src, index_t rows, index_t n) {
-    if (n > 0) l_->launch(shape_for(n, o_.launch, l_->max_threads()), detail::row_sums_kernel<T>{dst, src, rows, n});
+    // (dst[j] += the rows' sum at column j, one thread per column adding them in order)
+    if (n > 0) l_->launch(shape_for(n, o_.launch, l_->max_threads()), ordered_block_sum_kernel<T>{src, dst, rows, n, n, true});
   }
   /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
   /// device call that fails part way leaves what it wrote, docs/cuda.md).
