@@ -290,6 +290,101 @@ TEST_CASE("device models: a GRU cell's scan in PyTorch's form (gx::cells::gru_pr
   CHECK((rec[1] - rec[0]) / 4 == 2 + 2 + 3 + 1);
 }
 
+TEST_CASE("device models: the cells that concatenate the input and the carry (elman, lstm, gru): values, gradients and launches per step") {
+  // [x, h] W taken apart when the scan is built (api/scan_hoist.hpp): x W_x of every step is
+  // one product before the loop (the scan's input), a step keeps h W_h; the gradients of W
+  // (both halves), b, the inputs (a parameter) and the initial carry against the host's
+  index_t const D = 3, H = 4, B = 2;
+  auto const hW = gx::randn<T>(gx::dims(D + H, 4 * H), 4, 0.0, 0.4);
+  auto const hb = gx::randn<T>(gx::dims(4 * H), 5, 0.0, 0.2);
+  auto const hWn = gx::randn<T>(gx::dims(D + H, H), 6, 0.0, 0.4);
+  auto const hbn = gx::randn<T>(gx::dims(H), 7, 0.0, 0.2);
+  // each cell: its name, its carry's width, and the body over the weights given
+  auto run = [&](char const* name, index_t cw, index_t wcols, auto body, index_t want_fwd, index_t want_bwd, index_t want_rec) {
+    INFO(name);
+    auto const hc0 = gx::randn<T>(gx::dims(B, cw), 2, 0.0, 0.5);
+    auto const hw = gx::eval(gx::slice<1>(hW, 0, wcols));
+    auto const hbb = gx::eval(gx::slice<0>(hb, 0, wcols));
+    index_t fwd[2] = {0, 0}, bwd[2] = {0, 0}, rec[2] = {0, 0};
+    for (index_t steps : {4, 8}) {
+      INFO("steps " << steps);
+      auto const hxs = gx::randn<T>(gx::dims(steps, B, D), 1, 0.0, 0.5);
+      auto pw = gx::param(hw);
+      auto pb = gx::param(hbb);
+      auto pn = gx::param(hWn);
+      auto pbn = gx::param(hbn);
+      auto px = gx::param(hxs);
+      auto pc = gx::param(hc0);
+      auto const hs = gx::eval(gx::scan(hc0, hxs, body(pw, pb, pn, pbn)));
+      T const hv = gx::backward(gx::sum(gx::square(gx::scan(pc, px, body(pw, pb, pn, pbn)))));
+      launcher l;
+      {
+        auto dxs = to_device(l, hxs);
+        auto dc0 = to_device(l, hc0);
+        auto dw = grid::param(to_device(l, hw));
+        auto db = grid::param(to_device(l, hbb));
+        auto dn = grid::param(to_device(l, hWn));
+        auto dbn = grid::param(to_device(l, hbn));
+        auto dx = grid::param(to_device(l, hxs));
+        auto dc = grid::param(to_device(l, hc0));
+        index_t a = l.launches();
+        auto const ds = grid::eval(l, gx::scan(dc0.view(), dxs.view(), body(dw, db, dn, dbn)));
+        fwd[steps == 8] = l.launches() - a;
+        CHECK(max_rel(ds.download(), hs) <= 1e-12);
+        a = l.launches();
+        T const dv = grid::backward(l, gx::sum(gx::square(gx::scan(dc, dx, body(dw, db, dn, dbn)))));
+        bwd[steps == 8] = l.launches() - a;
+        CHECK(std::abs(dv - hv) <= 1e-12 * (1 + std::abs(hv)));
+        CHECK(max_rel(dw.grad().download(), pw.grad().to_dense()) <= 1e-12);
+        CHECK(max_rel(db.grad().download(), pb.grad().to_dense()) <= 1e-12);
+        CHECK(max_rel(dx.grad().download(), px.grad().to_dense()) <= 1e-12);
+        CHECK(max_rel(dc.grad().download(), pc.grad().to_dense()) <= 1e-12);
+        auto dw2 = grid::param(to_device(l, hw));
+        auto db2 = grid::param(to_device(l, hbb));
+        a = l.launches();
+        T const dr = grid::backward(
+            l, gx::sum(gx::square(gx::scan(dc0.view(), dxs.view(), body(dw2, db2, dn, dbn), gx::recompute_steps))));
+        rec[steps == 8] = l.launches() - a;
+        CHECK(std::abs(dr - hv) <= 1e-12 * (1 + std::abs(hv)));
+        CHECK(max_rel(dw2.grad().download(), pw.grad().to_dense()) <= 1e-12);
+        CHECK(max_rel(db2.grad().download(), pb.grad().to_dense()) <= 1e-12);
+      }
+      CHECK(l.live_allocations() == 0);
+    }
+    MESSAGE(std::string(name), " launches per step: forward ", (fwd[1] - fwd[0]) / 4, ", backward (forward + sweep) ",
+            (bwd[1] - bwd[0]) / 4, ", backward with gx::recompute_steps ", (rec[1] - rec[0]) / 4);
+    CHECK((fwd[1] - fwd[0]) % 4 == 0);
+    CHECK((bwd[1] - bwd[0]) % 4 == 0);
+    CHECK((rec[1] - rec[0]) % 4 == 0);
+    CHECK((fwd[1] - fwd[0]) / 4 == want_fwd);
+    CHECK((bwd[1] - bwd[0]) / 4 == want_bwd);
+    CHECK((rec[1] - rec[0]) / 4 == want_rec);
+  };
+  // Elman and LSTM as their projected forms: forward the carry's product and one launch;
+  // the sweep's step its elementwise adjoint (the input's adjoint a member of the same
+  // launch, exec/fusion.hpp partly_pointwise_let, or added over every step when the sweep
+  // ends, exec/elements.hpp defer_add) and the carry's gemm; W_h's gradient (a block of W's
+  // rows) and b's over every step at once; recompute_steps adds the step again and W_h's
+  // gradient per step (were 3 / 4 and 3 / 3 before the split, counted by a program not in
+  // the tree)
+  run("elman", H, H, [](auto& w, auto& b, auto&, auto&) { return [&w, &b](auto h, auto x) { return gx::cells::elman(x, h, w, b); }; },
+      2, 2 + 2, 8);
+  // Elman with two weights, tanh(x Wx + h Wh + b): x Wx out of the loop whole
+  run("elman, x Wx + h Wh", H, H, [](auto& w, auto& b, auto&, auto&) {
+    return [&w, &b](auto h, auto x) {
+      return gx::tanh(gx::matmul(x, gx::slice<0>(w, 0, D)) + gx::matmul(h, gx::slice<0>(w, D, D + H)) + b);
+    };
+  }, 2, 2 + 2, 8);
+  run("lstm", 2 * H, 4 * H, [](auto& w, auto& b, auto&, auto&) { return [&w, &b](auto hc, auto x) { return gx::cells::lstm(x, hc, w, b); }; },
+      2, 2 + 2, 9);
+  // Cho's GRU applies its reset gate before its second product: the product of r h waits for
+  // the first product's gates, so a step is two products with elementwise launches between
+  // (gru_projected, PyTorch's form, is the GRU of two launches a step); 5 / 10 before
+  run("gru", H, 2 * H, [](auto& w, auto& b, auto& wn, auto& bn) {
+    return [&w, &b, &wn, &bn](auto h, auto x) { return gx::cells::gru(x, h, w, b, wn, bn); };
+  }, 4, 4 + 10, 19);
+}
+
 TEST_CASE("device models: an LSTM scan's sweep in every launch configuration and both scatter modes") {
   // the c2 let of gx::cells::lstm_projected is pointwise: its body's uses and its operand's
   // run as members of one launch on the same blocks (exec/fusion.hpp pointwise_let,

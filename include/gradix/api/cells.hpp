@@ -20,10 +20,12 @@
 /// product, PyTorch's `nn.GRU` applies it after; the LSTM has no peepholes and one bias,
 /// PyTorch's two biases add up to it.)
 ///
-/// The projected cells take the input's product out of the recurrence (xw = x Wx + b for
-/// every step at once, one product before the scan, as cuDNN and PyTorch do), so that a
-/// step is one product of the carry: on the device, two launches per step forward and two
-/// in the reverse sweep (docs/ad.md, "Loops: scan"):
+/// gx::scan takes each product of the concatenation apart when it is built
+/// (api/scan_hoist.hpp): [x, h] W = x W_x + h W_h, x W_x of every step one product before
+/// the loop, so a step keeps one product of the carry per gate group (elman and lstm: two
+/// launches per step forward and two in the reverse sweep on the device; docs/ad.md,
+/// "Loops: scan"). The projected cells take an input's product the caller computed (xw =
+/// x Wx + b for every step at once, as cuDNN and PyTorch do):
 ///
 ///   lstm_projected(xw, hc, Wh)      i, f, g, o = xw + h Wh                  Wh: [H, 4H]
 ///                                   (then as lstm)

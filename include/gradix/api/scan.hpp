@@ -24,6 +24,7 @@
 #include "gradix/ad/product.hpp"
 #include "gradix/ad/save.hpp"
 #include "gradix/api/let.hpp"
+#include "gradix/api/scan_hoist.hpp"
 #include "gradix/config.hpp"
 #include "gradix/core/error.hpp"
 #include "gradix/expr/let.hpp"
@@ -80,12 +81,14 @@ struct scan_share_tag {};
 /// tanh(x Wx + h Wh + b)) as let(z, f): z computed once into a buffer, and in the backward
 /// the adjoint of z (f's derivative times the carry's adjoint) computed once and read in
 /// place by every product, instead of once per product and bias (docs/ad.md, "Loops:
-/// scan"). The same value, bit for bit.
-template <class Fn, class B>
+/// scan"). The same value, bit for bit. Min: the products it takes (1 for a body whose
+/// product was taken apart, api/scan_hoist.hpp: z = x'_t + h W_h + b, whose adjoint the
+/// input, the product and the bias read).
+template <class Fn, int Min = 2, class B>
 constexpr auto share_region(B const& b) {
   if constexpr (is_specialization_of_unary<B>::value) {
     using A = std::remove_cvref_t<decltype(b.arg_)>;
-    if constexpr (region_products<A>() >= 2) return ad::let<scan_share_tag<Fn>>(b.arg_, [&](auto const& z) { return remake(b, z); });
+    if constexpr (region_products<A>() >= Min) return ad::let<scan_share_tag<Fn>>(b.arg_, [&](auto const& z) { return remake(b, z); });
     else return b;
   } else {
     return b;
@@ -169,6 +172,59 @@ struct is_scan_option<lengths_t<V>> : std::true_type {};
 template <class P>
 struct is_scan_option<stop_when_t<P>> : std::true_type {};
 
+/// The scan node of body (built over the placeholders scan_tag<Fn, 0> for the carry and XP
+/// for the input, checked), c0 c and the sequence s: the placeholders renamed to the scan's
+/// level (Share: share_region's Min).
+template <class Fn, class XP, int Share = 2, class Opt, class NC, class NX, class B0>
+constexpr auto scan_of_body(NC const& c, NX const& s, B0 const& body0, Opt const& opt) {
+  using T = value_type_t<NC>;
+  using SC = shape_of_t<NC>;
+  using SX = typename detail::step_shape<shape_of_t<NX>>::type;
+  using Sp = detail::scan_space_t<NC, NX>;
+  using CP = let_name<detail::scan_tag<Fn, 0>, T, SC, Sp, true>;
+  auto body = detail::share_region<Fn, Share>(body0);
+  using B = decltype(body);
+  constexpr int L = 1 + detail::max_let_level<B>();
+  constexpr bool reaches = detail::any_node<B, detail::is_param_node>() || ad::reaches_param_v<NC> ||
+                           ad::reaches_param_v<NX>;
+  using CN = let_name<scan_level<L, 0>, T, SC, Sp, reaches>;
+  using XN = let_name<scan_level<L, 1>, T, SX, Sp, ad::reaches_param_v<NX>>;
+  auto b = detail::bind_var<XP>(detail::bind_var<CP>(body, var_node<CN>{c.shape()}),
+                                var_node<XN>{detail::one_step(s.shape())});
+  return scan_node<CN, XN, NC, NX, decltype(b), Opt>{c, s, b, detail::stepped(s.shape().extent(0), c.shape()), opt};
+}
+
+/// scan_of_body with the body's products of the input beside the carry taken apart
+/// (api/scan_hoist.hpp): their input halves, one product over the whole sequence, become
+/// the scan's input.
+template <class Fn, class XP, class Opt, class NC, class NX, class B0>
+constexpr auto scan_hoisted(NC const& c, NX const& s, B0 const& body, Opt const& opt) {
+  constexpr std::size_t n = hoist_count_v<XP, B0>;
+  if constexpr (n == 0 || shape_of_t<NX>::rank != 3) {
+    return scan_of_body<Fn, XP>(c, s, body, opt);
+  } else {
+    using T = value_type_t<NC>;
+    using Sp = detail::scan_space_t<NC, NX>;
+    auto const wx = hoisted_side_by_side(hoisted_weights<XP>(body), std::make_index_sequence<n>{});
+    auto const xsh = s.shape();
+    index_t const steps = xsh.extent(0), rows = xsh.extent(1), d = xsh.extent(2);
+    auto const proj = ::gradix::reshape(::gradix::matmul(::gradix::reshape(s, dims(steps * rows, d)), wx),
+                                        dims(steps, rows, wx.shape().extent(1)));
+    constexpr bool keep_x = reads_input_after_hoist<B0, XP>();
+    auto const xs2 = [&] {
+      if constexpr (keep_x) return ::gradix::concat<2>(s, proj);
+      else return proj;
+    }();
+    using X2 = std::remove_cvref_t<decltype(xs2)>;
+    using XP2 = let_name<scan_tag<Fn, 2>, T, typename step_shape<shape_of_t<X2>>::type, Sp, true>;
+    var_node<XP2> const xv{one_step(xs2.shape())};
+    index_t off = keep_x ? d : 0;
+    auto const b1 = hoist_body<XP, !keep_x && n == 1>(body, xv, off);
+    if constexpr (keep_x) return scan_of_body<Fn, XP2, 1>(c, xs2, bind_var<XP>(b1, ::gradix::slice<1>(xv, 0, d)), opt);
+    else return scan_of_body<Fn, XP2, 1>(c, xs2, b1, opt);
+  }
+}
+
 template <class Opt, class C0, class Xs, class F>
 constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
   using NC = detail::node_t<C0>;
@@ -187,7 +243,7 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
   NX const s = detail::as_node(static_cast<Xs&&>(xs));
   using CP = let_name<detail::scan_tag<Fn, 0>, T, SC, Sp, true>;
   using XP = let_name<detail::scan_tag<Fn, 1>, T, SX, Sp, true>;
-  auto body = detail::share_region<Fn>(f(var_node<CP>{c.shape()}, var_node<XP>{detail::one_step(s.shape())}));
+  auto body = f(var_node<CP>{c.shape()}, var_node<XP>{detail::one_step(s.shape())});
   using B = decltype(body);
   static_assert(expression<B>, "gradix::scan: the body must return an expression (the new carry)");
   if constexpr (expression<B>) {
@@ -200,18 +256,11 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
       if (!(body.shape() == c.shape()))
         detail::fail("gradix::scan: the body's new carry has shape ", to_string(body.shape()),
                      " but the carry c0 has shape ", to_string(c.shape()));
-      constexpr int L = 1 + detail::max_let_level<B>();
-      constexpr bool reaches = detail::any_node<B, detail::is_param_node>() || ad::reaches_param_v<NC> ||
-                               ad::reaches_param_v<NX>;
-      using CN = let_name<scan_level<L, 0>, T, SC, Sp, reaches>;
-      using XN = let_name<scan_level<L, 1>, T, SX, Sp, ad::reaches_param_v<NX>>;
-      auto b = detail::bind_var<XP>(detail::bind_var<CP>(body, var_node<CN>{c.shape()}),
-                                    var_node<XN>{detail::one_step(s.shape())});
       if constexpr (Opt::has_stop)
         static_assert(std::is_same_v<Sp, host_space>, "gradix::stop_when: a scan that stops early runs on the host");
       if constexpr (Opt::has_lengths)
         static_assert(std::is_same_v<Sp, host_space>, "gradix::lengths: a scan with lengths runs on the host (for now)");
-      return scan_node<CN, XN, NC, NX, decltype(b), Opt>{c, s, b, detail::stepped(s.shape().extent(0), c.shape()), opt};
+      return scan_hoisted<Fn, XP>(c, s, body, opt);
     } else {
       return scalar_node<T>{};  // (after the error above: no second error at the user's line)
     }

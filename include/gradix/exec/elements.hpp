@@ -195,17 +195,6 @@ std::size_t element_scratch(Ex& ex, E const& e) {
   return r;
 }
 
-/// Whether use u's map is the identity at run time and its domain has shape s: a map of the
-/// identity's type may still carry offsets or steps (a slice, a selection), so the type
-/// alone does not say that u covers s exactly.
-template <class U, class S>
-constexpr bool maps_exactly(U const& u, S const& s) {
-  constexpr std::size_t R = S::rank;
-  return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    return ((get<J>(u.map_).off_ == 0 && get<J>(u.map_).scale_ == 1 && u.dom_.extent(J) == s.extent(J)) && ...);
-  }(std::make_index_sequence<R>{});
-}
-
 /// The adjoint of a kept node written into its (row-major) buffer buf by u0, the node's one
 /// incoming kernel: assigned in one pass when u0 covers buf exactly (its map the identity,
 /// no axis summed), else buf cleared and u0 added into it.
@@ -228,59 +217,18 @@ constexpr void adjoint_into(Ex& ex, P0 const& u0, G const& buf) {
   with_target(u0, buf, [&](auto const& p0) { run_element<Serial>(ex, p0); });
 }
 
-/// Whether gradient storage G is dense and row-major: a parameter's dense storage on either
-/// backend, or an adjoint buffer of the call (a scan's carry adjoint, a kept node's), whose
-/// memory is one contiguous row-major block a gemm can accumulate into.
-template <class G>
-struct row_major_dense : std::bool_constant<!G::sparse && (G::rank == 0 || G::unit_axis == int(G::rank) - 1)> {};
-
-/// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
-/// view of memory space Sp, at the identity) into a dense row-major gradient of the same
-/// shape: the operand is a parameter itself, and its product can accumulate into that
-/// gradient directly.
-template <class P, class Sp>
-struct direct_gradient : std::false_type {};
-template <class D, class T, class S, class M, class G, class Sp>
-struct direct_gradient<tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, M, G>>, Sp>
-    : std::bool_constant<std::is_same_v<M, decltype(ad::identity_map<S::rank>())> && !G::sparse &&
-                         (S::rank < 2 || row_major_dense<G>::value) && std::is_same_v<typename G::value_type, T>> {};
-
-/// Whether operand plan P is one kernel that adds the operand's adjoint buffer (a row-major
-/// matrix of memory space Sp) into a column slice of a dense row-major gradient or adjoint
-/// buffer (rows at the identity, columns through a slice): the operand is a slice of a
-/// buffer's columns (an LSTM carry's h, a slice of [h, c]), whose product can accumulate into
-/// that buffer directly with its row stride.
-template <class P, class Sp>
-struct slice_gradient : std::false_type {};
-template <class D, class T, class S, class G, class Sp>
-struct slice_gradient<
-    tuple<ad::use<D, tensor_view<T const, S, row_major, Sp>, tuple<ad::ax_dom<0>, ad::ax_lookup<ad::ax_dom<1>, index_range>>, G>>,
-    Sp> : std::bool_constant<S::rank == 2 && !G::sparse && G::rank == 2 && row_major_dense<G>::value &&
-                             std::is_same_v<typename G::value_type, T>> {};
-
-/// An operand's gradient from its product: gemm(dst, ld, accumulate) into the parameter's own
-/// gradient when the operand plan is one direct kernel covering it (direct_gradient and
-/// maps_exactly; nothing at all when grad() does not want it), or into the columns of a
-/// dense buffer it adds into through a unit-step slice (slice_gradient; ld its row stride),
-/// else into the buffer buf (ld the operand's row length), then the operand plan from it.
+/// An operand's gradient from its product: gemm(dst, ld, accumulate) into where its plan
+/// adds it when that is one kernel into a dense block (gemm_target: the parameter's own
+/// gradient; the columns of a buffer through a unit-step slice, an LSTM carry's h; a block
+/// of a weight's rows; nothing at all when grad() does not want it), else into the buffer
+/// buf (ld the operand's row length), then the operand plan from it.
 template <bool Serial, class Ex, class P, class T, class F>
 constexpr void operand_gradient(Ex& ex, P const& plan, T* buf, index_t ld, F&& gemm_into) {
-  if constexpr (direct_gradient<P, typename Ex::space>::value) {
-    auto const& k = get<0>(plan);
-    if (!k.target_) return;  // grad() does not want it
-    if (maps_exactly(k, k.target_->shape())) {
-      gemm_into(k.target_->data(), ld, true);  // (its slices were marked by prepare)
-      return;
-    }
-  } else if constexpr (slice_gradient<P, typename Ex::space>::value) {
-    auto const& k = get<0>(plan);
-    if (!k.target_) return;
-    auto const& r = get<0>(k.map_);
-    auto const& c = get<1>(k.map_);
-    auto const st = k.target_->strides();
-    if (r.scale_ == 1 && c.scale_ * c.idx_.step_ * c.inner_.scale_ == 1 && st[1] == 1) {
-      index_t const c0 = c.off_ + c.scale_ * (c.idx_.start_ + c.idx_.step_ * c.inner_.off_);
-      gemm_into(k.target_->data() + r.off_ * st[0] + c0, st[0], true);
+  if constexpr (gemm_target_v<P, typename Ex::space>) {
+    auto const d = gemm_target<typename Ex::space, T>(plan, ld);
+    if (!d.want) return;
+    if (d.p) {
+      gemm_into(d.p, d.ld, true);
       return;
     }
   }
@@ -314,159 +262,6 @@ constexpr bool adjoint_in_place(P0 const& u0, S const& s, mat_ref<T>& g) {
   }
 }
 
-/// The operand bt (B^T, rows x cols, as a product's dA = dC B^T gemm reads it, m rows of
-/// dC per step) as the gemm of a sweep's step should read it: on an executor that asks for
-/// it (step_transpose_rows), when the BLAS would read it transposed (a unit stride along
-/// its rows: its NT form, which OpenBLAS runs up to 2.5 times slower than NN for few rows
-/// and a long inner extent), a row-major copy made once per sweep and read by every step;
-/// else bt itself. The copy's memory is the thread's, kept from call to call (a first call
-/// that cannot get it reads bt as it is).
-template <class Ex, class T>
-mat_ref<T> step_transposed(Ex& ex, mat_ref<T> const& bt, index_t rows, index_t cols, index_t m) {
-  if constexpr (!requires { Ex::step_transpose_rows; }) {
-    return bt;
-  } else {
-    sweep_deferral<T>* c = sweep_deferral_of<T>();
-    if (!c) return bt;
-    int const i = c->tvisit++;
-    if (i >= sweep_deferral<T>::max || bt.rs != 1 || bt.cs == 1 || bt.bs != 0 || m > Ex::step_transpose_rows ||
-        c->steps < Ex::step_transpose_steps || rows * cols < Ex::step_transpose_min)
-      return bt;
-    transposed_copy<T>& tc = step_transposes<T>()[i];
-    if (tc.sweep != c->serial || tc.src != bt.p || tc.rows != rows || tc.cols != cols || tc.cs != bt.cs) {
-      std::size_t const need = std::size_t(rows) * std::size_t(cols);
-      if (tc.cap < need) {
-        tc.p.reset(new (std::nothrow) T[need]);
-        tc.cap = tc.p ? need : 0;
-        tc.sweep = 0;
-        if (!tc.p) return bt;
-      }
-      ex.transpose(tc.p.get(), bt, rows, cols);
-      tc.sweep = c->serial;
-      tc.src = bt.p;
-      tc.rows = rows;
-      tc.cols = cols;
-      tc.cs = bt.cs;
-    }
-    return mat_ref<T>{tc.p.get(), cols, 1, 0};
-  }
-}
-/// The deferred steps of r in one gemm (r off after).
-template <class Ex, class T>
-void flush_deferred(Ex& ex, deferred_gradient<T>& r) {
-  if (!r.on) return;
-  r.on = false;
-  index_t const q = r.hi - r.lo;
-  mat_ref<T> const at{r.a_hi - q * r.m * r.a_rs, r.a_cs, r.a_rs, 0};
-  mat_ref<T> const g{r.g_hi - q * r.m * r.n, r.n, 1, 0};
-  ex.gemm(1, r.k, r.n, (q + 1) * r.m, at, g, r.dst, r.n, 0, true);
-}
-/// Whether this step's dB = op(A)^T dC of a product (A m x k as the gemm read it, dC m x n,
-/// its B plan `plan` direct) is deferred (recorded) rather than run now.
-template <class Ex, class T, class P>
-bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const& g, index_t m, index_t n, index_t k) {
-  sweep_deferral<T>* c = sweep_deferral_of<T>();
-  if (!c) return false;
-  // addresses compared as integers: a step's A or dC may lie anywhere, the pattern is
-  // checked before any pointer arithmetic spans steps
-  auto at = [](T const* p) { return reinterpret_cast<std::uintptr_t>(p); };
-  auto down = [](index_t steps, index_t per) { return std::uintptr_t(steps) * std::uintptr_t(per) * sizeof(T); };
-  int const i = c->visit++;
-  auto const& kb = get<0>(plan);
-  if (!kb.target_ || !maps_exactly(kb, kb.target_->shape())) return false;
-  T* const dst = kb.target_->data();
-  index_t const t = c->t;
-  if (i >= c->n) {  // the first step that visits it
-    if (i != c->n || i >= sweep_deferral<T>::max) return false;
-    ++c->n;
-    auto& r = c->d[i];
-    r = deferred_gradient<T>{dst, m, n, k, a.rs, a.cs, a.p, g.p, t, t, false};
-    r.on = g.rs == n && g.cs == 1 && m > 0 && n > 0 && k * n >= Ex::step_gradient_min && c->mem && at(g.p) >= at(c->mem) &&
-           at(g.p) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
-    return r.on;
-  }
-  auto& r = c->d[i];
-  if (!r.on) return false;
-  bool ok = r.dst == dst && r.m == m && r.n == n && r.k == k && r.a_rs == a.rs && r.a_cs == a.cs && g.rs == n &&
-            g.cs == 1 && r.lo == t + 1;
-  if (ok) {
-    index_t const steps_down = r.hi - t;
-    // from one step to the next, A moves by its m rows and dC by its m x n elements
-    ok = at(a.p) == at(r.a_hi) - down(steps_down, m * a.rs) && at(g.p) == at(r.g_hi) - down(steps_down, m * n);
-  }
-  if (!ok) {
-    flush_deferred(ex, r);  // the steps so far in one gemm; this one and the later per step
-    return false;
-  }
-  if constexpr (Ex::step_gradient_rows > 0) {
-    if ((r.hi - t + 1) * m > Ex::step_gradient_rows) {  // the executor's bound: the steps so far, then on from t
-      flush_deferred(ex, r);
-      r.a_hi = a.p;
-      r.g_hi = g.p;
-      r.hi = t;
-      r.on = true;
-    }
-  }
-  r.lo = t;
-  return true;
-}
-
-/// Whether use U adds the column sums of a row-major matrix view of memory space Sp (its
-/// domain, read at the identity) into a dense vector gradient: a bias added inside a scan's
-/// body, whose gradient a sweep that kept every step takes in one reduction when it ends,
-/// on an executor that asks for it (Ex::sums_rows_over_steps; defer_row_sum).
-template <class U, class Sp>
-struct row_sum_gradient : std::false_type {};
-template <class D, class T, class S, class G, class Sp>
-struct row_sum_gradient<ad::use<D, tensor_view<T const, S, row_major, Sp>, tuple<ad::ax_dom<1>>, G>, Sp>
-    : std::bool_constant<D::rank == 2 && S::rank == 2 && G::rank == 1 && !G::sparse &&
-                         std::is_same_v<typename G::value_type, T>> {};
-/// The deferred steps of r in one reduction (r off after).
-template <class Ex, class T>
-void flush_row_sum(Ex& ex, deferred_sum<T>& r) {
-  if (!r.on) return;
-  r.on = false;
-  index_t const q = r.hi - r.lo;
-  ex.add_row_sums(r.dst, r.g_hi - q * r.m * r.n, (q + 1) * r.m, r.n);
-}
-/// Whether this step's row sums of use u (row_sum_gradient) are deferred (recorded) rather
-/// than run now: u's matrix lies in the step's own memory, and the steps so far form one
-/// contiguous block with it (else the steps so far run in one reduction, this one and the
-/// later ones as they come).
-template <class Ex, class U>
-bool defer_row_sum(Ex& ex, U const& u) {
-  using T = value_type_t<decltype(u.v_)>;
-  sweep_deferral<T>* c = sweep_deferral_of<T>();
-  if (!c) return false;
-  auto at = [](T const* p) { return reinterpret_cast<std::uintptr_t>(p); };
-  int const i = c->svisit++;
-  if (!u.target_) return false;
-  index_t const m = u.v_.shape().extent(0), n = u.v_.shape().extent(1);
-  if (!(u.dom_ == u.v_.shape()) || u.target_->shape().extent(0) != n) return false;
-  T* const dst = u.target_->data();
-  T const* const gp = u.v_.data_;
-  index_t const t = c->t;
-  if (i >= c->ns) {  // the first step that visits it
-    if (i != c->ns || i >= sweep_deferral<T>::max) return false;
-    ++c->ns;
-    auto& r = c->s[i];
-    r = deferred_sum<T>{dst, m, n, gp, t, t, false};
-    r.on = m > 0 && n > 0 && c->mem && at(gp) >= at(c->mem) &&
-           at(gp) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
-    return r.on;
-  }
-  auto& r = c->s[i];
-  if (!r.on) return false;
-  bool const ok = r.dst == dst && r.m == m && r.n == n && r.lo == t + 1 &&
-                  at(gp) == at(r.g_hi) - std::uintptr_t(r.hi - t) * std::uintptr_t(m * n) * sizeof(T);
-  if (!ok) {
-    flush_row_sum(ex, r);
-    return false;
-  }
-  r.lo = t;
-  return true;
-}
-
 template <bool Serial, class Ex, class P0, class PA, class PB, class SN>
 constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
   auto const& sn = *u.node_;
@@ -495,7 +290,7 @@ constexpr void run_product(Ex& ex, ad::product_use<P0, PA, PB, SN> const& u) {
     constexpr bool own = shape_of_t<B>::rank == 3;
     mat_ref<T> const at{st.a.p, st.a.cs, st.a.rs, st.a.bs};
     bool deferred = false;  // (taken over every step of a sweep: sweep_deferral)
-    if constexpr (!batched && direct_gradient<PB, typename Ex::space>::value)
+    if constexpr (!batched && gemm_target_v<PB, typename Ex::space>)
       if (!std::is_constant_evaluated()) deferred = defer_gradient(ex, u.pb(), st.a, g, m, n, k);
     if (!deferred)
       operand_gradient<Serial>(ex, u.pb(), st.gb, n, [&](T* dst, index_t ld, bool add) {
@@ -551,6 +346,7 @@ void run_scan(Ex& ex, E const& e) {
   sweep_deferral<T> defer;
   defer.steps = steps;
   defer.serial = next_sweep_serial();
+  if (k.gxs_) defer.in_lo = k.gxs_, defer.in_hi = k.gxs_ + std::size_t(steps) * x;
   if constexpr (std::is_same_v<T, float>) defer.mem = k.region_.f, defer.mem_n = k.region_.copies * k.region_.nf;
   else if constexpr (std::is_same_v<T, double>) defer.mem = k.region_.d, defer.mem_n = k.region_.copies * k.region_.nd;
   else if constexpr (std::is_same_v<T, long double>) defer.mem = k.region_.l, defer.mem_n = k.region_.copies * k.region_.nl;
@@ -566,6 +362,7 @@ void run_scan(Ex& ex, E const& e) {
     defer.visit = 0;
     defer.tvisit = 0;
     defer.svisit = 0;
+    defer.avisit = 0;
     T* const gc = scan_carry_grad(t, c, k.ga_, g);  // the adjoint of carry t - 1 so far
     T* const gnext = g + std::size_t(t) * c;         // the whole adjoint of carry t
     if (t == 0) ex.clear(gc, index_t(c));
@@ -599,6 +396,8 @@ void run_scan(Ex& ex, E const& e) {
   for (int i = 0; i < defer.n; ++i) flush_deferred(ex, defer.d[i]);
   if constexpr (requires { Ex::sums_rows_over_steps; })
     for (int i = 0; i < defer.ns; ++i) flush_row_sum(ex, defer.s[i]);
+  if constexpr (requires { Ex::adds_over_steps; })
+    for (int i = 0; i < defer.na; ++i) flush_add(ex, defer.a[i]);
   run_elements<Serial>(ex, e.carry(k.ga_));
   run_elements<Serial>(ex, e.input());
 }
@@ -622,6 +421,12 @@ constexpr void run_element(Ex& ex, E const& e) {
     auto const pz = e.pz();
     if constexpr (!Serial && runs_pointwise_lets<Ex> && pointwise_let<E>::value) {
       if (ex.run_pointwise_let(pb, pz, g)) return;
+    } else if constexpr (!Serial && runs_pointwise_lets<Ex> && partly_pointwise_let<E>::value) {
+      constexpr std::size_t R = std::remove_cvref_t<decltype(g)>::shape_type::rank;
+      if (ex.run_pointwise_let(pb, operand_uses_split<true, R>(pz), g)) {
+        run_elements<Serial>(ex, operand_uses_split<false, R>(pz));  // (its products and broadcast leaves)
+        return;
+      }
     }
     run_elements<Serial>(ex, pb);
     run_elements<Serial>(ex, pz);
@@ -631,6 +436,10 @@ constexpr void run_element(Ex& ex, E const& e) {
     if constexpr (requires { Ex::sums_rows_over_steps; }) {
       if constexpr (Ex::sums_rows_over_steps && row_sum_gradient<E, typename Ex::space>::value)
         if (!std::is_constant_evaluated() && defer_row_sum(ex, e)) return;  // (taken when the sweep ends)
+    }
+    if constexpr (requires { Ex::adds_over_steps; }) {
+      if constexpr (Ex::adds_over_steps && step_add_gradient<E, typename Ex::space>::value)
+        if (!std::is_constant_evaluated() && defer_add(ex, e)) return;  // (taken when the sweep ends)
     }
     ex.run(e);
   }

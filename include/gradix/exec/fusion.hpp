@@ -102,6 +102,60 @@ struct pointwise_let<ad::let_use<tuple<B...>, tuple<Z...>, G, bound_let_node<Zn,
     : std::bool_constant<sizeof...(B) >= 1 && sizeof...(Z) >= 1 && (pointwise_body_use<B, G>::value && ...) &&
                          (ad::is_plain_use<Z>::value && ...) && pointwise_operand<Z2>::value> {};
 
+/// Whether let operand N is elementwise nodes and slices over pointwise leaves
+/// (pointwise_operand) and kept products (a scan body's `x'_t + h W_h + b`, a product beside
+/// the step's input, api/scan_hoist.hpp): its plan's plain uses read the let's buffer at
+/// their own coordinate (a broadcast leaf's sums it along the broadcast axes), its products
+/// read it whole, as their dC.
+template <class N>
+struct pointwise_or_product_operand : pointwise_operand<N> {};
+template <class Op, class A>
+struct pointwise_or_product_operand<unary_node<Op, A>> : pointwise_or_product_operand<A> {};
+template <class Op, class L, class R>
+struct pointwise_or_product_operand<binary_node<Op, L, R>>
+    : std::bool_constant<pointwise_or_product_operand<L>::value && pointwise_or_product_operand<R>::value> {};
+template <class A, std::size_t Axis, class Idx>
+struct pointwise_or_product_operand<index_node<A, Axis, Idx>> : pointwise_or_product_operand<A> {};
+template <class N, class L>
+struct pointwise_or_product_operand<saved_node<N, L>> : std::bool_constant<is_var_node<N>::value || is_matmul_node<N>::value> {};
+
+/// Whether plan element Z of a let's operand plan (its buffer of rank R) is a plain use over
+/// the buffer's domain that sums no axis: with pointwise_or_product_operand, it reads the
+/// buffer at its own coordinate only.
+template <class Z, std::size_t R>
+inline constexpr bool pointwise_operand_use_v = [] {
+  if constexpr (ad::is_plain_use<Z>::value) return ad::kernel_traits<Z>::domain_rank == R && ad::kernel_traits<Z>::projected_mask == 0;
+  else return false;
+}();
+
+template <class E>
+struct partly_pointwise_let : std::false_type {};
+/// A let_use that is not a pointwise_let but whose body's plan is (plain uses adding into
+/// the buffer at the identity), and whose operand is pointwise_or_product_operand with at
+/// least one plain use over the buffer's domain summing no axis: those uses may run in the
+/// body's pass over the buffer's elements (runs_pointwise_let), the operand's other
+/// elements (its products, its broadcast leaves) after it, over the complete buffer (a scan
+/// step's elementwise adjoint and its input's in one launch: docs/ad.md, "Loops: scan").
+template <class... B, class... Z, class G, class Zn, class Z2, class Body, class D, class V, class M>
+struct partly_pointwise_let<ad::let_use<tuple<B...>, tuple<Z...>, G, bound_let_node<Zn, Z2, Body>, D, V, M>>
+    : std::bool_constant<sizeof...(B) >= 1 && (pointwise_body_use<B, G>::value && ...) && !pointwise_operand<Z2>::value &&
+                         pointwise_or_product_operand<Z2>::value &&
+                         (pointwise_operand_use_v<Z, G::shape_type::rank> || ...)> {};
+
+/// The elements of a let's operand plan p that are (Keep) or are not (!Keep) plain uses over
+/// its buffer's domain (rank R) summing no axis (pointwise_operand_use_v), in order.
+template <bool Keep, std::size_t R, std::size_t I = 0, class... E>
+constexpr auto operand_uses_split(tuple<E...> const& p) {
+  if constexpr (I == sizeof...(E)) {
+    return tuple<>{};
+  } else {
+    using X = std::remove_cvref_t<decltype(get<I>(p))>;
+    auto const rest = operand_uses_split<Keep, R, I + 1>(p);
+    if constexpr (pointwise_operand_use_v<X, R> == Keep) return ::gradix::tuple_cat(::gradix::make_tuple(get<I>(p)), rest);
+    else return rest;
+  }
+}
+
 /// Whether executor Ex can run a pointwise let's two plans in one pass:
 /// `ex.run_pointwise_let(pb, pz, gz)` returns true when it did (false: the shapes or the
 /// options at run time do not allow it, and nothing ran).

@@ -65,6 +65,19 @@ class executor {
     // (dst[j] += the rows' sum at column j, one thread per column adding them in order)
     if (n > 0) l_->launch(shape_for(n, o_.launch, l_->max_threads()), ordered_block_sum_kernel<T>{src, dst, rows, n, n, true});
   }
+  /// A step's own adjoint added at the identity into the scan's input adjoint (the input
+  /// x'_t of a body whose product was taken apart: api/scan_hoist.hpp) is added over every
+  /// step in one launch when the sweep ends (exec/elements.hpp, defer_add; add_rows): an
+  /// LSTM step's sweep is then its elementwise adjoint and the carry's gemm.
+  static constexpr bool adds_over_steps = true;
+  template <class T>
+  void add_rows(T* dst, index_t ld, T const* src, index_t rows, index_t n) {
+    // (dst[r, j] += src[r, j]: dst's rows ld apart, src's n)
+    using S = shape<dyn, dyn>;
+    auto const d = strided_view<cuda_space>(dst, dims(rows, n), array<index_t, 2>{ld, 1});
+    tensor_view<T const, S, row_major, cuda_space> const a(src, dims(rows, n));
+    assign(d, d + a);
+  }
   /// Storage guard of a plan on this executor: device storages' busy flags (no rollback: a
   /// device call that fails part way leaves what it wrote, docs/cuda.md).
   template <std::size_t N>
