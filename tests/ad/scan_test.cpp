@@ -281,7 +281,9 @@ struct concat_product<gx::matmul_node<gx::concat_node<L, R, A>, W>> : std::true_
 TEST_CASE("scan: a product of the input beside the carry is taken apart when the scan is built (x W_x over every step at once)") {
   // [x, h] W = x W_x + h W_h (api/scan_hoist.hpp): the scan's input becomes x W_x of every
   // step, one product before the loop; values and gradients as the body written, against
-  // central differences and the body unrolled at compile time (where nothing is taken apart)
+  // central differences and the body unrolled at compile time (where nothing is taken
+  // apart). The device's default; on the host with gx::split_products (the device's own:
+  // tests/cuda/model_test.cpp, "the cells that concatenate the input and the carry")
   index_t const B = 2, D = 3, H = 3;
   constexpr index_t T = 3;
   auto xs = gx::param(gx::uniform<double>(gx::dims(T, B, D), 71, -1.0, 1.0));
@@ -290,7 +292,10 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
   auto b = gx::param(gx::uniform<double>(gx::dims(H), 74, -0.3, 0.3));
   auto wo = gx::uniform<double>(gx::dims(T, B, H), 75, -1.0, 1.0);
   SUBCASE("the cells' scans hold no product of a concatenation: the type says so") {
-    auto e = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); });
+    auto kept = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); });
+    static_assert(gx::detail::any_node<decltype(kept.body_), concat_product>(),
+                  "the host keeps a product whole without gx::split_products");
+    auto e = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, w, b); }, gx::split_products);
     static_assert(!gx::detail::any_node<decltype(e.body_), concat_product>(),
                   "gx::scan takes an Elman cell's [x, h] W apart");
     static_assert(gx::is_reshape_node<std::remove_cvref_t<decltype(e.xs_)>>::value,
@@ -299,11 +304,11 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
     auto w4 = gx::param(gx::uniform<double>(gx::dims(D + H, 4 * H), 76, -0.6, 0.6));
     auto b4 = gx::param(gx::uniform<double>(gx::dims(4 * H), 77, -0.3, 0.3));
     auto hc0 = gx::uniform<double>(gx::dims(B, 2 * H), 78, -0.5, 0.5);
-    auto l = gx::scan(hc0, xs, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); });
+    auto l = gx::scan(hc0, xs, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); }, gx::split_products);
     static_assert(!gx::detail::any_node<decltype(l.body_), concat_product>(), "gx::scan takes an LSTM cell's [x, h] W apart");
     CHECK(l.xs_.shape() == gx::dims(T, B, 4 * H));  // x W_x for the four gates
     auto wn = gx::param(gx::uniform<double>(gx::dims(D + H, H), 79, -0.6, 0.6));
-    auto g = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::gru(x, h, w4, b4, wn, b); });
+    auto g = gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::gru(x, h, w4, b4, wn, b); }, gx::split_products);
     static_assert(!gx::detail::any_node<decltype(g.body_), concat_product>(), "gx::scan takes a GRU cell's two products apart");
     CHECK(g.xs_.shape() == gx::dims(T, B, 4 * H + H));  // both products' input halves side by side
   }
@@ -311,12 +316,12 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
     auto wx = gx::param(gx::uniform<double>(gx::dims(D, H), 86, -0.6, 0.6));
     auto wh = gx::param(gx::uniform<double>(gx::dims(H, H), 87, -0.6, 0.6));
     auto cell = [&](auto const& x, auto const& h) { return elman(x, h, wx, wh, b); };
-    auto s = gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); });
+    auto s = gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products);
     using S = decltype(s);
     static_assert(gx::detail::hoist_count_v<typename S::input_name, decltype(s.body_)> == 0,
                   "no product of the scan's input is left in the loop");
     CHECK(s.xs_.shape() == gx::dims(T, B, H));  // x Wx of every step
-    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }) * wo); };
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products) * wo); };
     CHECK_NUMGRAD(loss, wx);
     CHECK_NUMGRAD(loss, wh);
     CHECK_NUMGRAD(loss, xs);
@@ -327,8 +332,8 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
   }
   SUBCASE("the carry first, [h, x] W: W's last rows multiply x") {
     auto cell = [&](auto const& x, auto const& h) { return gx::tanh(gx::matmul(gx::concat<1>(h, x), w) + b); };
-    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }) * wo); };
-    static_assert(!gx::detail::any_node<decltype(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }).body_),
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products) * wo); };
+    static_assert(!gx::detail::any_node<decltype(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products).body_),
                                          concat_product>());
     CHECK_NUMGRAD(loss, w);
     CHECK_NUMGRAD(loss, b);
@@ -341,8 +346,8 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
   }
   SUBCASE("the input also read outside the product: the scan's input is [x, x W_x]") {
     auto cell = [&](auto const& x, auto const& h) { return gx::tanh(gx::matmul(gx::concat<1>(x, h), w) + b) + 0.5 * x; };
-    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }) * wo); };
-    CHECK(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }).xs_.shape() == gx::dims(T, B, D + H));
+    auto loss = [&](auto&) { return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products) * wo); };
+    CHECK(gx::scan(h0, xs, [&](auto h, auto x) { return cell(x, h); }, gx::split_products).xs_.shape() == gx::dims(T, B, D + H));
     CHECK_NUMGRAD(loss, w);
     CHECK_NUMGRAD(loss, h0);
     CHECK_NUMGRAD(loss, xs);
@@ -354,13 +359,13 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
   SUBCASE("a weight that is a tensor, or an expression of a parameter") {
     auto wt = gx::uniform<double>(gx::dims(D + H, H), 80, -0.6, 0.6);
     auto lt = [&](auto&) {
-      return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, wt, b); }) * wo);
+      return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, wt, b); }, gx::split_products) * wo);
     };
     CHECK_NUMGRAD(lt, xs);
     CHECK_NUMGRAD(lt, h0);
     CHECK_NUMGRAD(lt, b);
     auto le = [&](auto&) {
-      return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, 0.5 * w, b); }) * wo);
+      return gx::sum(gx::scan(h0, xs, [&](auto h, auto x) { return gx::cells::elman(x, h, 0.5 * w, b); }, gx::split_products) * wo);
     };
     CHECK_NUMGRAD(le, w);
     CHECK_NUMGRAD(le, xs);
@@ -370,14 +375,14 @@ TEST_CASE("scan: a product of the input beside the carry is taken apart when the
     auto b4 = gx::param(gx::uniform<double>(gx::dims(4 * H), 82, -0.3, 0.3));
     auto hc0 = gx::param(gx::uniform<double>(gx::dims(B, 2 * H), 83, -0.5, 0.5));
     auto none = gx::zeros<double>(gx::dims(0, B, D));
-    auto hs = gx::scan(hc0, none, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); });
+    auto hs = gx::scan(hc0, none, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); }, gx::split_products);
     CHECK(gx::eval(hs).shape() == gx::dims(0, B, 2 * H));
     auto g = gx::grad(gx::sum(hs), w4).to_dense();
     for (index_t k = 0; k < (D + H) * 4 * H; ++k) CHECK(g.data()[k] == 0.0);
     auto one = gx::param(gx::uniform<double>(gx::dims(1, B, D), 84, -1.0, 1.0));
     auto wo1 = gx::uniform<double>(gx::dims(1, B, 2 * H), 85, -1.0, 1.0);
     auto l1 = [&](auto&) {
-      return gx::sum(gx::scan(hc0, one, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); }) * wo1);
+      return gx::sum(gx::scan(hc0, one, [&](auto hc, auto x) { return gx::cells::lstm(x, hc, w4, b4); }, gx::split_products) * wo1);
     };
     CHECK_NUMGRAD(l1, w4);
     CHECK_NUMGRAD(l1, one);

@@ -370,10 +370,10 @@ TEST_CASE("device models: the cells that concatenate the input and the carry (el
   run("elman", H, H, [](auto& w, auto& b, auto&, auto&) { return [&w, &b](auto h, auto x) { return gx::cells::elman(x, h, w, b); }; },
       2, 2 + 2, 8);
   // Elman with two weights, tanh(x Wx + h Wh + b): x Wx out of the loop whole
-  run("elman, x Wx + h Wh", H, H, [](auto& w, auto& b, auto&, auto&) {
-    return [&w, &b](auto h, auto x) {
-      return gx::tanh(gx::matmul(x, gx::slice<0>(w, 0, D)) + gx::matmul(h, gx::slice<0>(w, D, D + H)) + b);
-    };
+  run("elman, x Wx + h Wh", H, H, [&](auto& w, auto& b, auto&, auto&) {
+    auto const wx = gx::index(w, gx::range(0, D), gx::all);  // W's first D rows, then its last H
+    auto const wh = gx::index(w, gx::range(D, D + H), gx::all);
+    return [wx, wh, &b](auto h, auto x) { return gx::tanh(gx::matmul(x, wx) + gx::matmul(h, wh) + b); };
   }, 2, 2 + 2, 8);
   run("lstm", 2 * H, 4 * H, [](auto& w, auto& b, auto&, auto&) { return [&w, &b](auto hc, auto x) { return gx::cells::lstm(x, hc, w, b); }; },
       2, 2 + 2, 9);

@@ -20,11 +20,11 @@
 /// product, PyTorch's `nn.GRU` applies it after; the LSTM has no peepholes and one bias,
 /// PyTorch's two biases add up to it.)
 ///
-/// gx::scan takes each product of the concatenation apart when it is built
-/// (api/scan_hoist.hpp): [x, h] W = x W_x + h W_h, x W_x of every step one product before
-/// the loop, so a step keeps one product of the carry per gate group (elman and lstm: two
-/// launches per step forward and two in the reverse sweep on the device; docs/ad.md,
-/// "Loops: scan"). The projected cells take an input's product the caller computed (xw =
+/// On the device (on the host with gx::split_products) gx::scan takes each product of the
+/// concatenation apart when it is built (api/scan_hoist.hpp): [x, h] W = x W_x + h W_h,
+/// x W_x of every step one product before the loop, so a step keeps one product of the
+/// carry per gate group (elman and lstm: two launches per step forward and two in the
+/// reverse sweep; docs/ad.md, "Loops: scan"). The projected cells take an input's product the caller computed (xw =
 /// x Wx + b for every step at once, as cuDNN and PyTorch do):
 ///
 ///   lstm_projected(xw, hc, Wh)      i, f, g, o = xw + h Wh                  Wh: [H, 4H]

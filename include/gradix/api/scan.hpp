@@ -107,6 +107,15 @@ using scan_space_t = std::conditional_t<!std::is_void_v<space_of_t<A>>, space_of
 struct recompute_steps_t {};
 inline constexpr recompute_steps_t recompute_steps{};
 
+/// The option of gx::scan that takes the body's products of the step's input apart on the
+/// host too (api/scan_hoist.hpp; on the device they always are): `[x, h] W` as x'_t + h W_h
+/// and `x Wx` as x'_t, x' = x W_x of every step computed by one product before the loop.
+/// Not the host's default: x' is a buffer of steps x batch x columns written and read
+/// through memory where a step's own product stays in cache (an Elman layer, bench/scan.cpp:
+/// 14% slower forward, 9% slower backward; docs/ad.md, "Loops: scan").
+struct split_products_t {};
+inline constexpr split_products_t split_products{};
+
 /// The option of gx::scan for a batch of sequences of different lengths: len (an integer
 /// tensor or view of shape [batch], batch = the carry's extent along axis 0, in host memory)
 /// gives each sequence's number of steps, 0 <= len[b] <= steps; row b of the carry stops
@@ -153,6 +162,10 @@ constexpr auto scan_options(scan_opts<R, L, S> o, recompute_steps_t, More... mor
   static_assert(!R, "gradix::scan: gx::recompute_steps is given twice");
   return scan_options(scan_opts<true, L, S>{o.len_, o.stop_}, more...);
 }
+template <bool R, class L, class S, class... More>
+constexpr auto scan_options(scan_opts<R, L, S> o, split_products_t, More... more) {
+  return scan_options(o, more...);  // (taken by gx::scan when the body is built)
+}
 template <bool R, class L, class S, class V, class... More>
 constexpr auto scan_options(scan_opts<R, L, S> o, lengths_t<V> l, More... more) {
   static_assert(std::is_same_v<L, no_lengths>, "gradix::scan: gx::lengths is given twice");
@@ -167,6 +180,8 @@ template <class O>
 struct is_scan_option : std::false_type {};
 template <>
 struct is_scan_option<recompute_steps_t> : std::true_type {};
+template <>
+struct is_scan_option<split_products_t> : std::true_type {};
 template <class V>
 struct is_scan_option<lengths_t<V>> : std::true_type {};
 template <class P>
@@ -196,11 +211,12 @@ constexpr auto scan_of_body(NC const& c, NX const& s, B0 const& body0, Opt const
 
 /// scan_of_body with the body's products of the input beside the carry taken apart
 /// (api/scan_hoist.hpp): their input halves, one product over the whole sequence, become
-/// the scan's input.
-template <class Fn, class XP, class Opt, class NC, class NX, class B0>
+/// the scan's input. On the device, or on the host with gx::split_products (Split).
+template <class Fn, class XP, bool Split, class Opt, class NC, class NX, class B0>
 constexpr auto scan_hoisted(NC const& c, NX const& s, B0 const& body, Opt const& opt) {
   constexpr std::size_t n = hoist_count_v<XP, B0>;
-  if constexpr (n == 0 || shape_of_t<NX>::rank != 3) {
+  constexpr bool here = Split || !std::is_same_v<scan_space_t<NC, NX>, host_space>;
+  if constexpr (n == 0 || shape_of_t<NX>::rank != 3 || !here) {
     return scan_of_body<Fn, XP>(c, s, body, opt);
   } else {
     using T = value_type_t<NC>;
@@ -225,7 +241,7 @@ constexpr auto scan_hoisted(NC const& c, NX const& s, B0 const& body, Opt const&
   }
 }
 
-template <class Opt, class C0, class Xs, class F>
+template <bool Split, class Opt, class C0, class Xs, class F>
 constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
   using NC = detail::node_t<C0>;
   using NX = detail::node_t<Xs>;
@@ -260,7 +276,7 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
         static_assert(std::is_same_v<Sp, host_space>, "gradix::stop_when: a scan that stops early runs on the host");
       if constexpr (Opt::has_lengths)
         static_assert(std::is_same_v<Sp, host_space>, "gradix::lengths: a scan with lengths runs on the host (for now)");
-      return scan_hoisted<Fn, XP>(c, s, body, opt);
+      return scan_hoisted<Fn, XP, Split>(c, s, body, opt);
     } else {
       return scalar_node<T>{};  // (after the error above: no second error at the user's line)
     }
@@ -277,12 +293,14 @@ constexpr auto make_scan(C0&& c0, Xs&& xs, F&& f, Opt const& opt) {
 /// result[t] is the carry after step t. A backward call keeps every step's own kept values
 /// (its products' results, ...). Options, in any order: gx::recompute_steps (keep only the
 /// carries), gx::lengths(len) (sequences of different lengths), gx::stop_when(pred) (an
-/// early exit).
+/// early exit), gx::split_products (the body's products of the input taken out of the loop
+/// on the host too, as on the device).
 template <operand C0, operand Xs, class F, class... Opts>
   requires(detail::is_scan_option<Opts>::value && ...)
 constexpr auto scan(C0&& c0, Xs&& xs, F&& f, Opts... opts) {
-  return detail::make_scan(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f),
-                           detail::scan_options(scan_opts<>{}, opts...));
+  constexpr bool split = (std::is_same_v<Opts, split_products_t> || ... || false);
+  return detail::make_scan<split>(static_cast<C0&&>(c0), static_cast<Xs&&>(xs), static_cast<F&&>(f),
+                                  detail::scan_options(scan_opts<>{}, opts...));
 }
 
 }  // namespace gradix

@@ -10,7 +10,8 @@
 /// sequence's rows against the input rows of every such weight side by side), and the scan
 /// reads it as its input; a step keeps h W_h, one product of the carry. So a cell written
 /// with the concatenation costs per step what the projected cells cost (cuDNN's and
-/// PyTorch's split, done here on the body's type), on every backend. The input's gradient
+/// PyTorch's split, done here on the body's type): on the device always, on the host with
+/// gx::split_products (api/scan.hpp says why not by default). The input's gradient
 /// and W_x's are then one product each over the sequence, after the sweep. The value is the
 /// same up to rounding (the two halves of each dot product are summed apart).
 ///

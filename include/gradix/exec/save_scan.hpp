@@ -228,9 +228,21 @@ auto keep_scan(N const& n, saved_space<Ex>& s) {
   T* cinit = s.template take<T>(std::size_t(steps) * c + c);
   T* h = cinit + c;
   s.ex().assign(tensor_view<T, CS, row_major, Sp>(cinit, cs), c02);
-  T* xb = s.template take<T>(std::size_t(steps) * x);
+  // the inputs: read in place where the sequence's transform left them in one row-major
+  // buffer of the call (a product over the whole sequence: api/scan_hoist.hpp's x W_x), else
+  // computed into a buffer of the call
   using XsS = shape_of_t<decltype(xs2)>;
-  s.ex().assign(tensor_view<T, XsS, row_major, Sp>(xb, xs2.shape()), xs2);
+  using X2 = std::remove_cvref_t<decltype(xs2)>;
+  T const* xb = nullptr;
+  if constexpr (is_saved_node<X2>::value) {
+    if constexpr (std::is_same_v<typename X2::layout_type, row_major> && std::is_same_v<typename X2::buffer_type::space_type, Sp>)
+      xb = xs2.buf_.data();
+  }
+  if (!xb) {
+    T* const b = s.template take<T>(std::size_t(steps) * x);
+    s.ex().assign(tensor_view<T, XsS, row_major, Sp>(b, xs2.shape()), xs2);
+    xb = b;
+  }
   T *gout = nullptr, *ga = nullptr, *gxs = nullptr;
   if (s.argmax()) {
     gout = s.template take_adjoint<T>(std::size_t(steps) * c);
