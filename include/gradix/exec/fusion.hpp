@@ -60,24 +60,34 @@ concept runs_kernels_together = requires { Ex::runs_kernels_together; } && Ex::r
 /// Whether pushing an adjoint through the let operand N (after the save transform) reads
 /// that adjoint only at each domain element's own coordinate, over a domain of N's shape:
 /// N is elementwise nodes and slices (index nodes: they move the target, not the read) down
-/// to leaves whose push is one use (views, parameters, constants, let placeholders). Any
-/// other node (a reduction, a permute, a reshape, a concat, a product, a kept value)
-/// may read the adjoint elsewhere or stage it in a buffer.
+/// to leaves whose push is one use (views, parameters, constants, let placeholders), and,
+/// with Products, kept products (whose adjoint elements read the buffer whole, as their dC,
+/// after it is complete). Any other node (a reduction, a permute, a reshape, a concat, a
+/// kept value) may read the adjoint elsewhere or stage it in a buffer.
+template <class N, bool Products>
+struct pointwise_tree : std::bool_constant<is_view_v<N> || is_param_node<N>::value> {};
+template <class T, bool P>
+struct pointwise_tree<scalar_node<T>, P> : std::true_type {};
+template <class T, class S, class F, bool P>
+struct pointwise_tree<pattern_node<T, S, F>, P> : std::true_type {};
+template <class Op, class A, bool P>
+struct pointwise_tree<unary_node<Op, A>, P> : pointwise_tree<A, P> {};
+template <class Op, class L, class R, bool P>
+struct pointwise_tree<binary_node<Op, L, R>, P>
+    : std::bool_constant<pointwise_tree<L, P>::value && pointwise_tree<R, P>::value> {};
+template <class A, std::size_t Axis, class Idx, bool P>
+struct pointwise_tree<index_node<A, Axis, Idx>, P> : pointwise_tree<A, P> {};
+template <class N, class L, bool P>
+struct pointwise_tree<saved_node<N, L>, P> : std::bool_constant<is_var_node<N>::value || (P && is_matmul_node<N>::value)> {};
+/// The let operands whose every use reads the adjoint at its own coordinate (pointwise_let).
 template <class N>
-struct pointwise_operand : std::bool_constant<is_view_v<N> || is_param_node<N>::value> {};
-template <class T>
-struct pointwise_operand<scalar_node<T>> : std::true_type {};
-template <class T, class S, class F>
-struct pointwise_operand<pattern_node<T, S, F>> : std::true_type {};
-template <class Op, class A>
-struct pointwise_operand<unary_node<Op, A>> : pointwise_operand<A> {};
-template <class Op, class L, class R>
-struct pointwise_operand<binary_node<Op, L, R>>
-    : std::bool_constant<pointwise_operand<L>::value && pointwise_operand<R>::value> {};
-template <class A, std::size_t Axis, class Idx>
-struct pointwise_operand<index_node<A, Axis, Idx>> : pointwise_operand<A> {};
-template <class N, class L>
-struct pointwise_operand<saved_node<N, L>> : is_var_node<N> {};
+using pointwise_operand = pointwise_tree<N, false>;
+/// The let operands that are that and kept products (a scan body's `x'_t + h W_h + b`, a
+/// product beside the step's input, api/scan_hoist.hpp): its plain uses read the let's
+/// buffer at their own coordinate (a broadcast leaf's sums it along the broadcast axes), its
+/// products read it whole (partly_pointwise_let).
+template <class N>
+using pointwise_or_product_operand = pointwise_tree<N, true>;
 
 /// Whether plan element U of a let's body plan is a plain use that, when it adds into the
 /// let's buffer (target type G), does so at each domain element's own coordinate.
@@ -101,23 +111,6 @@ template <class... B, class... Z, class G, class Zn, class Z2, class Body, class
 struct pointwise_let<ad::let_use<tuple<B...>, tuple<Z...>, G, bound_let_node<Zn, Z2, Body>, D, V, M>>
     : std::bool_constant<sizeof...(B) >= 1 && sizeof...(Z) >= 1 && (pointwise_body_use<B, G>::value && ...) &&
                          (ad::is_plain_use<Z>::value && ...) && pointwise_operand<Z2>::value> {};
-
-/// Whether let operand N is elementwise nodes and slices over pointwise leaves
-/// (pointwise_operand) and kept products (a scan body's `x'_t + h W_h + b`, a product beside
-/// the step's input, api/scan_hoist.hpp): its plan's plain uses read the let's buffer at
-/// their own coordinate (a broadcast leaf's sums it along the broadcast axes), its products
-/// read it whole, as their dC.
-template <class N>
-struct pointwise_or_product_operand : pointwise_operand<N> {};
-template <class Op, class A>
-struct pointwise_or_product_operand<unary_node<Op, A>> : pointwise_or_product_operand<A> {};
-template <class Op, class L, class R>
-struct pointwise_or_product_operand<binary_node<Op, L, R>>
-    : std::bool_constant<pointwise_or_product_operand<L>::value && pointwise_or_product_operand<R>::value> {};
-template <class A, std::size_t Axis, class Idx>
-struct pointwise_or_product_operand<index_node<A, Axis, Idx>> : pointwise_or_product_operand<A> {};
-template <class N, class L>
-struct pointwise_or_product_operand<saved_node<N, L>> : std::bool_constant<is_var_node<N>::value || is_matmul_node<N>::value> {};
 
 /// Whether plan element Z of a let's operand plan (its buffer of rank R) is a plain use over
 /// the buffer's domain that sums no axis: with pointwise_or_product_operand, it reads the

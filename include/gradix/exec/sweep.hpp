@@ -231,6 +231,34 @@ bool defer_gradient(Ex& ex, P const& plan, mat_ref<T> const& a, mat_ref<T> const
   return true;
 }
 
+/// The bookkeeping a bias's and an input's deferral share (defer_row_sum, defer_add): the
+/// i-th such use a step visits is record recs[i] (n made so far). The first step that visits
+/// it makes `fresh`, on when `ok` and its step's adjoint g (g_n elements) lies in the steps'
+/// own memory (nothing overwrites it before the sweep ends); a later step extends it when
+/// same(r) holds (the same target and shapes, one step down the pattern), else flush(r)
+/// runs the steps so far and this one runs by itself. Returns whether this step is deferred.
+template <class T, class R, class Same, class Flush>
+bool extend_deferral(sweep_deferral<T>& c, R* recs, int& n, int i, R const& fresh, bool ok, T const* g, std::size_t g_n,
+                     Same&& same, Flush&& flush) {
+  auto at = [](T const* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  if (i >= n) {  // the first step that visits it
+    if (i != n || i >= sweep_deferral<T>::max) return false;
+    ++n;
+    R& r = recs[i];
+    r = fresh;
+    r.on = ok && c.mem && at(g) >= at(c.mem) && at(g) - at(c.mem) + g_n * sizeof(T) <= c.mem_n * sizeof(T);
+    return r.on;
+  }
+  R& r = recs[i];
+  if (!r.on) return false;
+  if (!same(r)) {
+    flush(r);
+    return false;
+  }
+  r.lo = c.t;
+  return true;
+}
+
 /// Whether use U adds the column sums of a row-major matrix view of memory space Sp (its
 /// domain, read at the identity) into a dense vector gradient: a bias added inside a scan's
 /// body, whose gradient a sweep that kept every step takes in one reduction when it ends,
@@ -266,25 +294,13 @@ bool defer_row_sum(Ex& ex, U const& u) {
   T* const dst = u.target_->data();
   T const* const gp = u.v_.data_;
   index_t const t = c->t;
-  if (i >= c->ns) {  // the first step that visits it
-    if (i != c->ns || i >= sweep_deferral<T>::max) return false;
-    ++c->ns;
-    auto& r = c->s[i];
-    r = deferred_sum<T>{dst, m, n, gp, t, t, false};
-    r.on = m > 0 && n > 0 && c->mem && at(gp) >= at(c->mem) &&
-           at(gp) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
-    return r.on;
-  }
-  auto& r = c->s[i];
-  if (!r.on) return false;
-  bool const ok = r.dst == dst && r.m == m && r.n == n && r.lo == t + 1 &&
-                  at(gp) == at(r.g_hi) - std::uintptr_t(r.hi - t) * std::uintptr_t(m * n) * sizeof(T);
-  if (!ok) {
-    flush_row_sum(ex, r);
-    return false;
-  }
-  r.lo = t;
-  return true;
+  return extend_deferral(
+      *c, c->s, c->ns, i, deferred_sum<T>{dst, m, n, gp, t, t, false}, m > 0 && n > 0, gp, std::size_t(m * n),
+      [&](deferred_sum<T> const& r) {
+        return r.dst == dst && r.m == m && r.n == n && r.lo == t + 1 &&
+               at(gp) == at(r.g_hi) - std::uintptr_t(r.hi - t) * std::uintptr_t(m * n) * sizeof(T);
+      },
+      [&](deferred_sum<T>& r) { flush_row_sum(ex, r); });
 }
 
 /// Whether use U adds a row-major matrix view of memory space Sp (its domain, read at the
@@ -329,26 +345,15 @@ bool defer_add(Ex& ex, U const& u) {
   T const* const gp = u.v_.data_;
   index_t const t = c->t;
   bool const inside = c->in_lo && at(dst) >= at(c->in_lo) && at(dst + (m - 1) * ld + n) <= at(c->in_hi);
-  if (i >= c->na) {  // the first step that visits it
-    if (i != c->na || i >= sweep_deferral<T>::max) return false;
-    ++c->na;
-    auto& r = c->a[i];
-    r = deferred_add<T>{dst, gp, m, n, ld, t, t, false};
-    r.on = m > 0 && n > 0 && inside && c->mem && at(gp) >= at(c->mem) &&
-           at(gp) - at(c->mem) + std::uintptr_t(m * n) * sizeof(T) <= c->mem_n * sizeof(T);
-    return r.on;
-  }
-  auto& r = c->a[i];
-  if (!r.on) return false;
   auto down = [](index_t steps, index_t per) { return std::uintptr_t(steps) * std::uintptr_t(per) * sizeof(T); };
-  bool const ok = inside && r.m == m && r.n == n && r.ld == ld && r.lo == t + 1 &&
-                  at(gp) == at(r.g_hi) - down(r.hi - t, m * n) && at(dst) == at(r.dst_hi) - down(r.hi - t, m * ld);
-  if (!ok) {
-    flush_add(ex, r);
-    return false;
-  }
-  r.lo = t;
-  return true;
+  return extend_deferral(
+      *c, c->a, c->na, i, deferred_add<T>{dst, gp, m, n, ld, t, t, false}, m > 0 && n > 0 && inside, gp,
+      std::size_t(m * n),
+      [&](deferred_add<T> const& r) {
+        return inside && r.m == m && r.n == n && r.ld == ld && r.lo == t + 1 &&
+               at(gp) == at(r.g_hi) - down(r.hi - t, m * n) && at(dst) == at(r.dst_hi) - down(r.hi - t, m * ld);
+      },
+      [&](deferred_add<T>& r) { flush_add(ex, r); });
 }
 
 }  // namespace gradix::detail
