@@ -377,6 +377,16 @@ TEST_CASE("device models: the cells that concatenate the input and the carry (el
   }, 2, 2 + 2, 8);
   run("lstm", 2 * H, 4 * H, [](auto& w, auto& b, auto&, auto&) { return [&w, &b](auto hc, auto x) { return gx::cells::lstm(x, hc, w, b); }; },
       2, 2 + 2, 9);
+  // PyTorch's GRU from the step's raw input, gru_projected(x Wx + bx, h, Wh, bh) in the body:
+  // x Wx out of the loop whole, then as gru_projected; its sweep's elementwise adjoint is 13
+  // uses (the input's and the bias's through the gates' slices besides the let's), one
+  // launch since a fused launch takes up to 16 (backend/grid/plain_plan.hpp fuse_uses_max;
+  // 8 before: 14 launches a step in the sweep)
+  run("gru_projected(x Wx + b, h, Wh, b)", H, 3 * H, [&](auto& w, auto& b, auto&, auto&) {
+    auto const wx = gx::index(w, gx::range(0, D), gx::all);
+    auto const wh = gx::index(w, gx::range(D, D + H), gx::all);
+    return [wx, wh, &b](auto h, auto x) { return gx::cells::gru_projected(gx::matmul(x, wx) + b, h, wh, b); };
+  }, 2, 2 + 2, 8);
   // Cho's GRU applies its reset gate before its second product: the product of r h waits for
   // the first product's gates, so a step is two products with elementwise launches between
   // (gru_projected, PyTorch's form, is the GRU of two launches a step); 5 / 10 before

@@ -211,12 +211,32 @@ class executor {
   template <class... E>
   void run_kernels(tuple<E...> const& es) {
     auto const us = detail::plan_uses(es);
-    if constexpr ([]<class... U>(tuple<U...> const*) {
-                    return detail::fuse_uses_v<U...> && (!U::storage_type::sparse && ...);
-                  }(static_cast<decltype(us) const*>(nullptr))) {
+    if constexpr (fusable(static_cast<decltype(us) const*>(nullptr))) {
       detail::run_fused_uses(*l_, us, o_);
+    } else if constexpr (std::remove_cvref_t<decltype(us)>::size > detail::fuse_uses_max) {
+      run_use_runs<0>(us);  // (a GRU step's elementwise adjoint through a trained input: 13 uses)
     } else {
       for_each_element(es, [&](auto const& u) { run(u); });
+    }
+  }
+  /// Whether uses U... run as one fused launch here (dense targets: fuse_uses_v).
+  template <class... U>
+  static constexpr bool fusable(tuple<U...> const*) {
+    return detail::fuse_uses_v<U...> && (!U::storage_type::sparse && ...);
+  }
+  /// The uses us from I on, fuse_uses_max at a time: each run one fused launch where it can
+  /// be, else a launch per use.
+  template <std::size_t I, class... U>
+  void run_use_runs(tuple<U...> const& us) {
+    constexpr std::size_t N = sizeof...(U);
+    if constexpr (I < N) {
+      constexpr std::size_t n = N - I < detail::fuse_uses_max ? N - I : detail::fuse_uses_max;
+      auto const run_of = [&]<std::size_t... J>(std::index_sequence<J...>) {
+        return ::gradix::make_tuple(get<I + J>(us)...);
+      }(std::make_index_sequence<n>{});
+      if constexpr (fusable(static_cast<decltype(run_of) const*>(nullptr))) detail::run_fused_uses(*l_, run_of, o_);
+      else for_each_element(run_of, [&](auto const& u) { run(u); });
+      run_use_runs<I + n>(us);
     }
   }
   template <bool Serial, class U>

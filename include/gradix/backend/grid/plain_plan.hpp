@@ -97,13 +97,16 @@ auto plan_uses(tuple<E...> const& p) {
   else return ::gradix::tuple_cat(plain_uses(get<I>(p)), plan_uses<I + 1>(p));
 }
 
+/// The most uses one fused launch takes (a run of more is taken in runs of this many:
+/// grid::executor::run_kernels).
+inline constexpr std::size_t fuse_uses_max = 16;
 /// Whether the uses U... run fused: reservations in one launch, updates in one launch (while
 /// their storages differ). A kernel's parameters must fit what CUDA takes
 /// (kernel_param_bytes, less a margin: 31,740 bytes with CUDA 12.1 and later, 3,072 with an
 /// older nvcc; a GRU step's elementwise adjoint, gx::cells::gru_projected, takes more than
-/// 4 KiB), and a plan of many uses keeps one launch per use.
+/// 4 KiB), and at most fuse_uses_max of them (8 before the 32 KB parameters).
 template <class... U>
-inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= 8 &&
+inline constexpr bool fuse_uses_v = sizeof...(U) >= 2 && sizeof...(U) <= fuse_uses_max &&
                                     sizeof(fused_kernel<use_work<U>...>) <= kernel_param_bytes - 1024 &&
                                     sizeof(fused_kernel<reserve_of_t<U>..., sort_of_t<U>...>) <= kernel_param_bytes - 1024;
 
