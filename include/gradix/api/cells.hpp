@@ -18,7 +18,9 @@
 ///
 /// (The GRU is the variant of Cho et al. 2014 with the reset gate applied before the
 /// product, PyTorch's `nn.GRU` applies it after; the LSTM has no peepholes and one bias,
-/// PyTorch's two biases add up to it.)
+/// PyTorch's two biases add up to it. Cho's GRU has two dependent products a step, so on
+/// the device more launches a step than gru_projected, PyTorch's form, which a body may
+/// also apply to the raw input: gru_projected(matmul(x, Wx) + bx, h, Wh, bh).)
 ///
 /// On the device (on the host with gx::split_products) gx::scan takes each product of the
 /// concatenation apart when it is built (api/scan_hoist.hpp): [x, h] W = x W_x + h W_h,
