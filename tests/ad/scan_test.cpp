@@ -90,7 +90,7 @@ TEST_CASE("scan: an Elman recurrence equals its compile-time unrolling, forward 
 
 TEST_CASE("scan: weights' gradients taken in one product over the steps, and a product whose operands repeat") {
   // x Wx reads the inputs, h Wh the carries: each weight's gradient is one product over
-  // every step (exec/elements.hpp, sweep_deferral); P Q reads the same P at every step, so
+  // every step (exec/sweep.hpp, sweep_deferral); P Q reads the same P at every step, so
   // its rows over the steps are not one matrix and Q's gradient is taken step by step. The
   // reference: gx::recompute_steps (step by step), central differences.
   index_t const T = 5, B = 3, D = 4, H = 5, K = 2;

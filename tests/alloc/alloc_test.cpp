@@ -562,7 +562,7 @@ void run_scan(int threads) {
 }
 
 // The same with a 256 x 256 carry weight over 16 steps of 8 rows: the host's sweep reads it
-// through a transposed copy made once per sweep (exec/elements.hpp, step_transposed), whose
+// through a transposed copy made once per sweep (exec/sweep.hpp, step_transposed), whose
 // memory is the thread's, taken by the cold call and kept: a warm backward allocates nothing.
 void run_scan_transposed(int threads) {
   gx::set_num_threads(threads);

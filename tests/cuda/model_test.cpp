@@ -124,7 +124,7 @@ TEST_CASE("device models: a scan's forward (grid::value, grid::eval) and its lau
   // at once, as cuDNN does): a step is one product and one elementwise kernel forward; the
   // reverse sweep's step is one kernel and one product (the carry's adjoint, accumulated
   // straight into its buffer: nothing copied per step); Wh's gradient is one product over
-  // every step when the sweep ends (exec/elements.hpp, sweep_deferral)
+  // every step when the sweep ends (exec/sweep.hpp, sweep_deferral)
   auto const hwh = gx::randn<float>(gx::dims(6, 6), 4, 0.0, 0.3);
   auto const hc0 = gx::randn<float>(gx::dims(4, 6), 2, 0.0, 0.5);
   index_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
@@ -284,7 +284,7 @@ TEST_CASE("device models: a GRU cell's scan in PyTorch's form (gx::cells::gru_pr
   // a backward call: those two, then the sweep's elementwise adjoint in one launch (its
   // parameters take more than 4 KiB: kernel_param_bytes) and the gemm of h's adjoint; bh's
   // gradient (the batch's sum of the let's adjoint) is taken over every step in one launch
-  // when the sweep ends, as Wh's is (exec/elements.hpp, defer_row_sum; 3 a step before)
+  // when the sweep ends, as Wh's is (exec/sweep.hpp, defer_row_sum; 3 a step before)
   CHECK((bwd[1] - bwd[0]) / 4 == 2 + 2);
   // recompute_steps: the forward (2), the step again (2), the three, Wh's gradient (1)
   CHECK((rec[1] - rec[0]) / 4 == 2 + 2 + 3 + 1);

@@ -33,7 +33,11 @@
 ///     sums_rows_over_steps           (static constexpr bool, optional) whether a scan's sweep
 ///                                    takes a bias's gradient (the row sums of each step's
 ///                                    adjoint) over every step in one add_row_sums(dst, src,
-///                                    rows, n) when it ends (exec/elements.hpp, defer_row_sum)
+///                                    rows, n) when it ends (exec/sweep.hpp, defer_row_sum)
+///     adds_over_steps                (static constexpr bool, optional) whether a scan's sweep
+///                                    adds a step's own adjoint added at the identity into the
+///                                    scan's input adjoint over every step in one add_rows(dst,
+///                                    ld, src, rows, n) when it ends (exec/sweep.hpp, defer_add)
 ///   forward work (every one writes only the destination it is given)
 ///     assign(dst, e)                 e's elements into the view dst (a fused loop / kernel)
 ///     assign_together(members)       (where assigns_together) a tuple of assign_member

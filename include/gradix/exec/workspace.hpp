@@ -30,7 +30,7 @@ struct saved_sizes {
   // one step of a scan whose steps' values are all kept (a backward call without
   // gx::recompute_steps): its products' and lets' adjoints are among the step's own values,
   // so that each step's stay after it (a product's weight gradient then takes one gemm over
-  // every step: exec/elements.hpp, sweep_deferral)
+  // every step: exec/sweep.hpp, sweep_deferral)
   bool step_adjoints = false;
   constexpr std::size_t bytes() const {
     auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };

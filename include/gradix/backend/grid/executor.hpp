@@ -51,13 +51,13 @@ class executor {
   /// each member recomputing the lets' elementwise operands it reads.
   static constexpr bool assigns_together = true;
   /// A scan's reverse sweep takes a weight's gradient in one gemm over every step
-  /// (exec/elements.hpp, sweep_deferral; 0: no bound on its rows): one launch, not one
+  /// (exec/sweep.hpp, sweep_deferral; 0: no bound on its rows): one launch, not one
   /// per step.
   static constexpr index_t step_gradient_rows = 0;
   static constexpr index_t step_gradient_min = 0;  // (any weight)
   /// A bias that a step's body adds inside the loop (`h Wh + bh`: its gradient the sum of
   /// the rows of a step's adjoint) has its gradient taken over every step in one launch when
-  /// the sweep ends (exec/elements.hpp, defer_row_sum; add_row_sums): a GRU step's sweep is
+  /// the sweep ends (exec/sweep.hpp, defer_row_sum; add_row_sums): a GRU step's sweep is
   /// then its elementwise adjoint and the carry's gemm.
   static constexpr bool sums_rows_over_steps = true;
   template <class T>
@@ -67,7 +67,7 @@ class executor {
   }
   /// A step's own adjoint added at the identity into the scan's input adjoint (the input
   /// x'_t of a body whose product was taken apart: api/scan_hoist.hpp) is added over every
-  /// step in one launch when the sweep ends (exec/elements.hpp, defer_add; add_rows): an
+  /// step in one launch when the sweep ends (exec/sweep.hpp, defer_add; add_rows): an
   /// LSTM step's sweep is then its elementwise adjoint and the carry's gemm.
   static constexpr bool adds_over_steps = true;
   template <class T>

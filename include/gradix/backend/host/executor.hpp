@@ -53,7 +53,7 @@ struct executor {
   /// NT, 13.0 ms NN on a transposed copy; 0.40 / 0.62 / 0.85 / 0.92 of NT at 8 / 32 / 128 /
   /// 256 rows, never slower). So a sweep of at least step_transpose_steps steps with at most
   /// step_transpose_rows rows per step transposes a weight of at least step_transpose_min
-  /// elements once and every step reads the copy (exec/elements.hpp, step_transposed).
+  /// elements once and every step reads the copy (exec/sweep.hpp, step_transposed).
   static constexpr index_t step_transpose_rows = 256;
   static constexpr index_t step_transpose_steps = 8;
   static constexpr index_t step_transpose_min = index_t(1) << 16;
