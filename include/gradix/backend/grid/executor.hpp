@@ -211,32 +211,42 @@ class executor {
   template <class... E>
   void run_kernels(tuple<E...> const& es) {
     auto const us = detail::plan_uses(es);
-    if constexpr (fusable(static_cast<decltype(us) const*>(nullptr))) {
-      detail::run_fused_uses(*l_, us, o_);
-    } else if constexpr (std::remove_cvref_t<decltype(us)>::size > detail::fuse_uses_max) {
-      run_use_runs<0>(us);  // (a GRU step's elementwise adjoint through a trained input: 13 uses)
+    using US = std::remove_cvref_t<decltype(us)>;
+    if constexpr (runs_fusable<0>(static_cast<US const*>(nullptr))) {
+      run_use_runs<0>(us);  // (more than fuse_uses_max: a GRU step's adjoint through a trained input, 13 uses)
     } else {
       for_each_element(es, [&](auto const& u) { run(u); });
     }
   }
-  /// Whether uses U... run as one fused launch here (dense targets: fuse_uses_v).
-  template <class... U>
-  static constexpr bool fusable(tuple<U...> const*) {
-    return detail::fuse_uses_v<U...> && (!U::storage_type::sparse && ...);
+  /// The run of n uses of a plan's uses (a tuple) from its I-th on.
+  template <std::size_t I, std::size_t n, class... U>
+  static auto use_run(tuple<U...> const& us) {
+    return [&]<std::size_t... J>(std::index_sequence<J...>) { return ::gradix::make_tuple(get<I + J>(us)...); }(
+        std::make_index_sequence<n>{});
   }
-  /// The uses us from I on, fuse_uses_max at a time: each run one fused launch where it can
-  /// be, else a launch per use.
+  template <std::size_t I, std::size_t N>
+  static constexpr std::size_t run_length = N - I < detail::fuse_uses_max ? N - I : detail::fuse_uses_max;
+  /// Whether uses U..., from I on, fuse_uses_max at a time, each run as one fused launch here
+  /// (dense targets: fuse_uses_v); else the plan runs element by element.
+  template <std::size_t I, class... U>
+  static constexpr bool runs_fusable(tuple<U...> const*) {
+    constexpr std::size_t N = sizeof...(U);
+    if constexpr (I >= N) {
+      return I > 0;
+    } else {
+      using R = decltype(use_run<I, run_length<I, N>>(std::declval<tuple<U...> const&>()));
+      return [&]<class... V>(tuple<V...> const*) {
+        return detail::fuse_uses_v<V...> && (!V::storage_type::sparse && ...);
+      }(static_cast<R const*>(nullptr)) && runs_fusable<I + run_length<I, N>>(static_cast<tuple<U...> const*>(nullptr));
+    }
+  }
+  /// The uses us from I on, fuse_uses_max at a time, a fused launch each (runs_fusable).
   template <std::size_t I, class... U>
   void run_use_runs(tuple<U...> const& us) {
     constexpr std::size_t N = sizeof...(U);
     if constexpr (I < N) {
-      constexpr std::size_t n = N - I < detail::fuse_uses_max ? N - I : detail::fuse_uses_max;
-      auto const run_of = [&]<std::size_t... J>(std::index_sequence<J...>) {
-        return ::gradix::make_tuple(get<I + J>(us)...);
-      }(std::make_index_sequence<n>{});
-      if constexpr (fusable(static_cast<decltype(run_of) const*>(nullptr))) detail::run_fused_uses(*l_, run_of, o_);
-      else for_each_element(run_of, [&](auto const& u) { run(u); });
-      run_use_runs<I + n>(us);
+      detail::run_fused_uses(*l_, use_run<I, run_length<I, N>>(us), o_);
+      run_use_runs<I + run_length<I, N>>(us);
     }
   }
   template <bool Serial, class U>
